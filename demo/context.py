@@ -1,0 +1,31 @@
+"""State shared by the demo's stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DemoContext:
+    output_dir: Path
+    seed: int = 0
+    artifacts: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, *parts: str) -> Path:
+        p = self.output_dir.joinpath(*parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+    """Print a plain-text table (the demo's only output format)."""
+    cells = [[f"{c:.4f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    line = "  ".join("-" * w for w in widths)
+    print(f"\n== {title} ==")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print(line)
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))

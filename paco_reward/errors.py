@@ -1,0 +1,33 @@
+"""Typed errors. Each names the offending input and says how to fix it.
+
+All derive from :class:`PacoError`, and also from the builtin a caller would
+expect (``ValueError`` for bad input, ``ConnectionError`` for an unreachable
+server), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class PacoError(Exception):
+    """Base class of every error paco-rl raises on purpose."""
+
+
+class InvalidImageError(PacoError, ValueError):
+    """An image input could not be read or is not an image (corrupt file, zero size,
+    wrong array shape or dtype)."""
+
+
+class LayoutError(PacoError, ValueError):
+    """A grid layout is missing, malformed, or does not divide the grid image."""
+
+
+class PromptError(PacoError, ValueError):
+    """A template or prompt is unusable (empty theme where one is needed, unknown template)."""
+
+
+class YesNoTokenError(PacoError, ValueError):
+    """The tokenizer has no single-token "Yes"/"No", so the score cannot be computed."""
+
+
+class RewardServerError(PacoError, ConnectionError):
+    """A reward server is unreachable, does not serve the model, or answered badly."""

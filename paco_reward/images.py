@@ -1,0 +1,161 @@
+"""Image normalisation: every image the library touches goes through :func:`load_image`.
+
+Accepted inputs: PIL images, paths, uint8 HWC (or HW) arrays, float HWC arrays in
+[0, 1], float CHW tensors in [0, 1] and uint8 CHW tensors. The result is always an
+RGB PIL image; transparent pixels are composited on white, as Qwen2.5-VL's own
+loader does. :func:`resize_for_model` then applies Qwen2.5-VL's pixel budget.
+
+    >>> import numpy as np
+    >>> load_image(np.zeros((8, 6, 3), dtype=np.uint8)).size
+    (6, 8)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from paco_reward.errors import InvalidImageError
+
+ImageInput = Image.Image | str | os.PathLike | np.ndarray | Any
+
+# Qwen2.5-VL defaults (qwen-vl-utils): 4 to 16384 vision tokens of 28x28 pixels.
+QWEN_MIN_PIXELS = 4 * 28 * 28
+QWEN_MAX_PIXELS = 16384 * 28 * 28
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.split()[3])
+        return background
+    return image.convert("RGB")
+
+
+def _array_to_pil(array: np.ndarray, name: str, channels_first: bool) -> Image.Image:
+    if array.ndim == 3 and channels_first:
+        array = np.moveaxis(array, 0, -1)
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+        layout = "CHW" if channels_first else "HWC"
+        raise InvalidImageError(
+            f"{name}: array of shape {tuple(array.shape)} is not an image; expected {layout} "
+            "with 1, 3 or 4 channels (or HW grayscale)."
+        )
+    if array.size == 0 or 0 in array.shape[:2]:
+        raise InvalidImageError(f"{name}: zero-size image (shape {tuple(array.shape)}).")
+    if array.dtype == np.uint8:
+        pass
+    elif np.issubdtype(array.dtype, np.floating):
+        if not np.isfinite(array).all() or array.min() < 0.0 or array.max() > 1.0:
+            raise InvalidImageError(
+                f"{name}: float image values must be finite and in [0, 1]; got range "
+                f"[{np.nanmin(array):.3g}, {np.nanmax(array):.3g}]. Scale to [0, 1] or pass uint8."
+            )
+        array = np.round(array * 255.0).astype(np.uint8)
+    else:
+        raise InvalidImageError(
+            f"{name}: unsupported array dtype {array.dtype}; pass uint8 in [0, 255] or float in [0, 1]."
+        )
+    # uint8 HW / HWx3 / HWx4 map to L / RGB / RGBA.
+    return Image.fromarray(np.ascontiguousarray(array))
+
+
+def load_image(image: ImageInput, name: str = "image") -> Image.Image:
+    """Return ``image`` as an RGB PIL image, or raise :class:`InvalidImageError` naming it.
+
+    Args:
+        image: PIL image, path, numpy array (uint8 HWC / float HWC in [0, 1]) or torch
+            tensor (float CHW in [0, 1] / uint8 CHW).
+        name: how the error message refers to this input (e.g. ``"pairs[3][1]"``).
+    """
+    if isinstance(image, Image.Image):
+        if image.width == 0 or image.height == 0:
+            raise InvalidImageError(f"{name}: zero-size image ({image.width}x{image.height}).")
+        return _to_rgb(image)
+    if isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        if not path.is_file():
+            raise InvalidImageError(f"{name}: no image file at {str(path)!r}.")
+        try:
+            with Image.open(path) as opened:
+                opened.load()
+                loaded = opened.copy()
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+            raise InvalidImageError(
+                f"{name}: cannot decode image file {str(path)!r} ({err})."
+            ) from None
+        return load_image(loaded, name)
+    if isinstance(image, (bytes, bytearray)):
+        try:
+            with Image.open(io.BytesIO(image)) as opened:
+                opened.load()
+                loaded = opened.copy()
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+            raise InvalidImageError(f"{name}: bytes are not a decodable image ({err}).") from None
+        return load_image(loaded, name)
+    if isinstance(image, np.ndarray):
+        return _array_to_pil(image, name, channels_first=False)
+    if type(image).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(image, torch.Tensor):
+            return _array_to_pil(image.detach().cpu().numpy(), name, channels_first=True)
+    raise InvalidImageError(
+        f"{name}: expected a PIL image, a path, a numpy array or a torch tensor; "
+        f"got {type(image).__name__}."
+    )
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """Qwen2.5-VL's pixel budget: resize so both sides are multiples of ``factor``
+    (patch size x spatial merge) and the area lies in [min_pixels, max_pixels]."""
+
+    min_pixels: int = QWEN_MIN_PIXELS
+    max_pixels: int = QWEN_MAX_PIXELS
+    factor: int = 28
+
+    def __post_init__(self) -> None:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(
+                f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})."
+            )
+
+
+def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image") -> Image.Image:
+    """Resize exactly as ``qwen_vl_utils.fetch_image`` does (same rounding, same resampling),
+    so scores match the model card's ``process_vision_info`` path."""
+    from qwen_vl_utils.vision_process import smart_resize
+
+    try:
+        height, width = smart_resize(
+            image.height,
+            image.width,
+            factor=policy.factor,
+            min_pixels=policy.min_pixels,
+            max_pixels=policy.max_pixels,
+        )
+    except (ValueError, AssertionError) as err:
+        raise InvalidImageError(f"{name}: cannot be resized for the model ({err}).") from None
+    if (width, height) == image.size:
+        return image
+    return image.resize((width, height))
+
+
+def image_hash(image: Image.Image) -> str:
+    """A content hash of an RGB image (mode, size and pixels), for de-duplication and caches."""
+    digest = hashlib.sha1(f"{image.mode}{image.size}".encode())
+    digest.update(image.tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,248 @@
+"""In-process scoring with transformers.
+
+A batch of pairs is scored in three steps:
+
+1. every *distinct* image is preprocessed and run through the vision tower once;
+2. each pair's prompt is rendered with the model's own chat template (once per
+   distinct instruction), its image placeholders are expanded to the image's
+   token count, and the batch is left-padded;
+3. one forward pass of the language model, fed the cached image embeddings via
+   ``mm_encoder_outputs``, gives the first-answer-token logits; only the last
+   position's logits are computed (``logits_to_keep=1``).
+
+This is token-for-token what ``processor(text, images)`` + ``model(**inputs)``
+computes (the parity test checks it), minus the repeated vision work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from paco_reward.images import ImagePolicy
+from paco_reward.templates import build_messages
+from paco_reward.yes_no import YesNoTokens, yes_probability
+
+logger = logging.getLogger(__name__)
+
+# (index of first image, index of second image, instruction text)
+PairRequest = tuple[int, int, str]
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class LocalBackend:
+    """Holds a Qwen2.5-VL model and its processor; scores pairs of pre-normalised images."""
+
+    def __init__(
+        self,
+        model,
+        processor,
+        *,
+        batch_size: int = 8,
+        canonical_yes_no: bool = True,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        name: str = "local",
+    ) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.batch_size = batch_size
+        self.name = name
+        self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
+        image_processor = processor.image_processor
+        size = image_processor.size
+        self.image_policy = ImagePolicy(
+            min_pixels=min_pixels or size["shortest_edge"],
+            max_pixels=max_pixels or size["longest_edge"],
+            factor=image_processor.patch_size * image_processor.merge_size,
+        )
+        # The processor re-applies its own pixel budget; keep it equal to ours.
+        self._processor_size = {
+            "shortest_edge": self.image_policy.min_pixels,
+            "longest_edge": self.image_policy.max_pixels,
+        }
+        self.merge_length = image_processor.merge_size**2
+        self.image_token_id = processor.image_token_id
+        self.pad_token_id = self.tokenizer.pad_token_id
+        self._prompt_ids: dict[str, list[int]] = {}
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        adapter: str | Path | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        *,
+        merge_adapter: bool = True,
+        attn_implementation: str | None = None,
+        **kwargs,
+    ) -> LocalBackend:
+        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+        device = torch.device(device) if device is not None else _default_device()
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if dtype is None:
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model_kwargs = {"dtype": dtype}
+        if attn_implementation:
+            model_kwargs["attn_implementation"] = attn_implementation
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path_or_id), **model_kwargs)
+        processor_source = path_or_id
+        if adapter is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(adapter))
+            if merge_adapter:
+                model = model.merge_and_unload()
+            if (Path(adapter) / "tokenizer_config.json").is_file():
+                processor_source = adapter
+        processor = AutoProcessor.from_pretrained(str(processor_source))
+        name = Path(str(adapter or path_or_id)).name
+        return cls(model.to(device), processor, name=name, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ encoding
+    def preprocess_images(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pixel patches and (t, h, w) grids of already-resized images, as the processor makes them."""
+        out = self.processor.image_processor(
+            images=list(images), size=self._processor_size, return_tensors="pt"
+        )
+        return out["pixel_values"], out["image_grid_thw"]
+
+    @torch.inference_mode()
+    def encode_images(
+        self, images: Sequence[Image.Image]
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Vision-tower embeddings (one tensor per image) and the images' grids."""
+        embeddings: list[torch.Tensor] = []
+        grids: list[torch.Tensor] = []
+        for start in range(0, len(images), self.batch_size):
+            pixel_values, grid_thw = self.preprocess_images(images[start : start + self.batch_size])
+            vision = self.model.model.get_image_features(
+                pixel_values.to(self.device), grid_thw.to(self.device), return_dict=True
+            )
+            embeddings.extend(vision.pooler_output)
+            grids.append(grid_thw)
+        return embeddings, torch.cat(grids).to(self.device)
+
+    def prompt_ids(self, instruction: str) -> list[int]:
+        """Token ids of the rendered chat prompt for a pair, with one image placeholder per
+        image (cached per instruction: the text does not depend on the images)."""
+        if instruction not in self._prompt_ids:
+            text = self.processor.apply_chat_template(
+                build_messages(instruction), tokenize=False, add_generation_prompt=True
+            )
+            self._prompt_ids[instruction] = self.tokenizer.encode(text, add_special_tokens=False)
+        return self._prompt_ids[instruction]
+
+    def build_inputs(
+        self, pairs: Sequence[PairRequest], grids: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Left-padded ``input_ids``/``attention_mask``/``mm_token_type_ids`` and the
+        ``image_grid_thw`` of every image occurrence, in order of appearance."""
+        tokens_per_image = (grids.prod(-1) // self.merge_length).tolist()
+        rows: list[list[int]] = []
+        occurrences: list[int] = []
+        for first, second, instruction in pairs:
+            images = iter((first, second))
+            ids: list[int] = []
+            for token in self.prompt_ids(instruction):
+                if token == self.image_token_id:
+                    index = next(images)
+                    occurrences.append(index)
+                    ids.extend([token] * tokens_per_image[index])
+                else:
+                    ids.append(token)
+            rows.append(ids)
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, ids in enumerate(rows):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[i, width - len(ids) :] = 1
+        input_ids = input_ids.to(self.device)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask.to(self.device),
+            "mm_token_type_ids": (input_ids == self.image_token_id).int(),
+            "image_grid_thw": grids[occurrences],
+            "occurrences": torch.tensor(occurrences),
+        }
+
+    # ------------------------------------------------------------------ scoring
+    @torch.inference_mode()
+    def first_token_logits(
+        self, pairs: Sequence[PairRequest], embeddings: list[torch.Tensor], grids: torch.Tensor
+    ) -> torch.Tensor:
+        """Next-token logits after the generation prompt, ``[len(pairs), vocab]``."""
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        inputs = self.build_inputs(pairs, grids)
+        occurrences = inputs.pop("occurrences").tolist()
+        image_outputs = BaseModelOutputWithPooling(
+            pooler_output=tuple(embeddings[i] for i in occurrences)
+        )
+        out = self.model(
+            **inputs,
+            mm_encoder_outputs={"image": image_outputs},
+            logits_to_keep=1,
+            use_cache=False,
+        )
+        return out.logits[:, -1, :]
+
+    def score_batch(
+        self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
+    ) -> np.ndarray:
+        """Scores of ``pairs`` (indices into ``images``); each image is encoded once."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float64)
+        used = sorted({i for first, second, _ in pairs for i in (first, second)})
+        embeddings, grids = self.encode_images([images[i] for i in used])
+        local = {global_index: k for k, global_index in enumerate(used)}
+        scores: list[np.ndarray] = []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = [
+                (local[a], local[b], text) for a, b, text in pairs[start : start + self.batch_size]
+            ]
+            logits = self.first_token_logits(chunk, embeddings, grids)
+            scores.append(yes_probability(logits, tokens=self.yes_no).double().cpu().numpy())
+        return np.concatenate(scores)
+
+    # ------------------------------------------------------------------ generation
+    @torch.inference_mode()
+    def generate(
+        self,
+        images: Sequence[Image.Image],
+        instruction: str,
+        max_new_tokens: int = 256,
+        **generate_kwargs,
+    ) -> str:
+        """Greedy (by default) continuation for one pair, decoded without special tokens."""
+        pixel_values, grid_thw = self.preprocess_images(images)
+        inputs = self.build_inputs([(0, 1, instruction)], grid_thw.to(self.device))
+        inputs.pop("occurrences")
+        generate_kwargs.setdefault("do_sample", False)
+        output = self.model.generate(
+            **inputs,
+            pixel_values=pixel_values.to(self.device, self.model.dtype),
+            max_new_tokens=max_new_tokens,
+            pad_token_id=self.pad_token_id,
+            **generate_kwargs,
+        )
+        new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)

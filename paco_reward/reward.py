@@ -1,0 +1,306 @@
+"""``PacoReward``: the public scoring API.
+
+The front-end turns user inputs (any image type, themes, templates, grids) into a
+list of image pairs plus rendered instructions, de-duplicating images by content,
+and hands them to a backend (in-process transformers here; a remote
+OpenAI-compatible server through ``from_server``). Every method is built on one
+primitive, :meth:`PacoReward._score`, so they all share normalisation, templates
+and the Yes/No extraction.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from PIL import Image
+
+from data_pipeline.grids import parse_layout, split_grid, split_panel_prompts
+from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
+from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
+from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
+
+logger = logging.getLogger(__name__)
+
+
+class ScoringBackend(Protocol):
+    """What a backend provides. Images arrive as RGB PIL images already resized by
+    ``image_policy``; pairs are (index, index, instruction)."""
+
+    name: str
+    image_policy: ImagePolicy
+
+    def score_batch(
+        self, images: Sequence[Image.Image], pairs: Sequence[tuple[int, int, str]]
+    ) -> np.ndarray: ...
+
+    def generate(
+        self, images: Sequence[Image.Image], instruction: str, max_new_tokens: int = 256, **kwargs
+    ) -> str: ...
+
+
+class _ImageTable:
+    """Normalises images once and de-duplicates them by content."""
+
+    def __init__(self, policy: ImagePolicy) -> None:
+        self.policy = policy
+        self.images: list[Image.Image] = []
+        self._index: dict[str, int] = {}
+
+    def add(self, image: ImageInput, name: str) -> int:
+        pil = resize_for_model(load_image(image, name), self.policy, name)
+        key = image_hash(pil)
+        if key not in self._index:
+            self._index[key] = len(self.images)
+            self.images.append(pil)
+        return self._index[key]
+
+
+class PacoReward:
+    """Pairwise consistency evaluator: score = P(Yes) / (P(Yes) + P(No)) of the first answer token.
+
+    Example:
+        >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B")        # doctest: +SKIP
+        >>> rm.score("panel_1.png", "panel_2.png", "a red fox in four seasons")  # doctest: +SKIP
+        0.93
+        >>> rm.score_grid("grid.png", "FOUR-PANEL Images with a 2x2 grid layout ...").mean  # doctest: +SKIP
+        0.88
+
+    Args:
+        backend: an in-process or remote backend (see :meth:`from_pretrained`).
+        template: default instruction template (name, :class:`Template` or format string).
+        symmetric: default for scoring both orders of a pair and averaging.
+    """
+
+    def __init__(
+        self,
+        backend: ScoringBackend,
+        template: str | Template = DEFAULT_TEMPLATE,
+        symmetric: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.template = get_template(template)
+        self.symmetric = symmetric
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        adapter: str | Path | None = None,
+        device=None,
+        dtype=None,
+        *,
+        batch_size: int = 8,
+        canonical_yes_no: bool = True,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        template: str | Template = DEFAULT_TEMPLATE,
+        symmetric: bool = False,
+        **model_kwargs,
+    ) -> PacoReward:
+        """Load a merged PaCo-Reward model, or a base model plus a PEFT LoRA ``adapter``.
+
+        Args:
+            path_or_id: a local folder or hub id of a Qwen2.5-VL model.
+            adapter: optional PEFT LoRA folder/id applied on top (merged for speed).
+            device: defaults to CUDA when available, else CPU.
+            dtype: defaults to bfloat16 on CUDA, float32 on CPU.
+            batch_size: pairs per forward pass (and images per vision pass).
+            canonical_yes_no: sum every case/space variant of Yes/No (default) or use
+                only the exact "Yes"/"No" tokens as the model card does.
+            min_pixels / max_pixels: image pixel budget; defaults to the processor's.
+        """
+        from paco_reward.local_backend import LocalBackend
+
+        backend = LocalBackend.from_pretrained(
+            path_or_id,
+            adapter=adapter,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            canonical_yes_no=canonical_yes_no,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+            **model_kwargs,
+        )
+        return cls(backend, template=template, symmetric=symmetric)
+
+    # ------------------------------------------------------------------ primitive
+    def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
+        return render_instruction(template if template is not None else self.template, prompt)
+
+    def _score(
+        self,
+        table: _ImageTable,
+        pairs: Sequence[tuple[int, int, str]],
+        symmetric: bool | None,
+    ) -> np.ndarray:
+        symmetric = self.symmetric if symmetric is None else symmetric
+        requests = list(pairs)
+        if symmetric:
+            requests += [(b, a, text) for a, b, text in pairs]
+        scores = np.asarray(self.backend.score_batch(table.images, requests), dtype=np.float64)
+        if symmetric:
+            scores = (scores[: len(pairs)] + scores[len(pairs) :]) / 2.0
+        return scores
+
+    # ------------------------------------------------------------------ public API
+    def score(
+        self,
+        image_a: ImageInput,
+        image_b: ImageInput,
+        prompt: str | None = None,
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> float:
+        """Consistency score in [0, 1] of one pair under a theme (``prompt``)."""
+        return float(
+            self.score_pairs([(image_a, image_b, prompt)], template=template, symmetric=symmetric)[
+                0
+            ]
+        )
+
+    def score_pairs(
+        self,
+        pairs: Sequence[tuple],
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> np.ndarray:
+        """Scores of many ``(image_a, image_b, prompt)`` (or ``(image_a, image_b)``) pairs,
+        batched; repeated images are encoded once.
+
+        Example:
+            >>> rm.score_pairs([(a, b, "a fox"), (a, c, "a fox")])   # doctest: +SKIP
+            array([0.91, 0.12])
+        """
+        table = _ImageTable(self.backend.image_policy)
+        requests = []
+        for k, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+                raise TypeError(
+                    f"pairs[{k}] must be (image_a, image_b[, prompt]); got {type(pair).__name__}."
+                )
+            prompt = pair[2] if len(pair) == 3 else None
+            requests.append(
+                (
+                    table.add(pair[0], f"pairs[{k}][0]"),
+                    table.add(pair[1], f"pairs[{k}][1]"),
+                    self._instruction(prompt, template),
+                )
+            )
+        return self._score(table, requests, symmetric)
+
+    def score_set(
+        self,
+        images: Sequence[ImageInput],
+        prompt: str | None = None,
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> SetScore:
+        """Score all n(n-1)/2 pairs of a set; each distinct image is encoded once."""
+        table = _ImageTable(self.backend.image_policy)
+        indices = [table.add(img, f"images[{k}]") for k, img in enumerate(images)]
+        instruction = self._instruction(prompt, template)
+        pairs = list(combinations(range(len(indices)), 2))
+        scores = self._score(
+            table, [(indices[i], indices[j], instruction) for i, j in pairs], symmetric
+        )
+        matrix = np.full((len(indices), len(indices)), np.nan)
+        for (i, j), s in zip(pairs, scores):
+            matrix[i, j] = matrix[j, i] = s
+        mean = float(scores.mean()) if len(scores) else math.nan
+        return SetScore(matrix=matrix, mean=mean, pairs=pairs, scores=scores)
+
+    def score_grid(
+        self,
+        grid: ImageInput,
+        prompt: str | None = None,
+        layout: str | tuple[int, int] | None = None,
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> SetScore:
+        """Cut a grid image into panels (layout from ``layout`` or from the prompt, e.g.
+        "2x2", "1x3", "2 ⨉ 3") and score all panel pairs. For a T2IS grid prompt the theme
+        is the global description before the first panel marker."""
+        if layout is None:
+            if prompt is None:
+                from paco_reward.errors import LayoutError
+
+                raise LayoutError(
+                    "score_grid needs layout=(rows, cols) or a prompt that names one ('2x2')."
+                )
+            layout = prompt
+        rows, cols = parse_layout(layout)
+        panels = split_grid(load_image(grid, "grid"), rows, cols)
+        theme = split_panel_prompts(prompt)[0] if prompt is not None else None
+        return self.score_set(panels, theme, template=template, symmetric=symmetric)
+
+    def rank(
+        self,
+        reference: ImageInput,
+        candidates: Sequence[ImageInput],
+        prompt: str | None = None,
+        *,
+        template: str | Template | None = "rank",
+        symmetric: bool | None = None,
+    ) -> Ranking:
+        """Rank candidates by consistency with a reference (most consistent first)."""
+        table = _ImageTable(self.backend.image_policy)
+        ref = table.add(reference, "reference")
+        instruction = self._instruction(prompt, template)
+        pairs = [
+            (ref, table.add(c, f"candidates[{k}]"), instruction) for k, c in enumerate(candidates)
+        ]
+        scores = self._score(table, pairs, symmetric)
+        order = [int(i) for i in np.argsort(-scores, kind="stable")]
+        return Ranking(order=order, scores=scores)
+
+    def explain(
+        self,
+        image_a: ImageInput,
+        image_b: ImageInput,
+        prompt: str | None = None,
+        *,
+        template: str | Template | None = None,
+        max_new_tokens: int = 256,
+        **generate_kwargs,
+    ) -> Judgement:
+        """Generate the judgement text (greedy by default) and return it with the score."""
+        table = _ImageTable(self.backend.image_policy)
+        a, b = table.add(image_a, "image_a"), table.add(image_b, "image_b")
+        instruction = self._instruction(prompt, template)
+        score = float(self._score(table, [(a, b, instruction)], symmetric=False)[0])
+        text = self.backend.generate(
+            [table.images[a], table.images[b]],
+            instruction,
+            max_new_tokens=max_new_tokens,
+            **generate_kwargs,
+        )
+        answer, _, reasons = text.strip().partition(" ")
+        return Judgement(
+            score=score, answer=answer.strip(".,:;!"), reasons=reasons.strip(), text=text
+        )
+
+    def score_edit(self, source: ImageInput, edited: ImageInput, instruction: str) -> EditScore:
+        """Editing reward: consistency (SC) and prompt following (PF) of ``edited`` with
+        ``source`` (shown first), and ``overall = sqrt(SC * PF)``."""
+        table = _ImageTable(self.backend.image_policy)
+        src, out = table.add(source, "source"), table.add(edited, "edited")
+        pairs = [
+            (src, out, render_instruction("edit_consistency", instruction)),
+            (src, out, render_instruction("edit_following", instruction)),
+        ]
+        consistency, following = self._score(table, pairs, symmetric=False)
+        return EditScore(
+            float(consistency), float(following), float(math.sqrt(consistency * following))
+        )

@@ -1,0 +1,9 @@
+"""Tiny models built offline from configs, for tests, the demo and the benchmarks.
+
+Each builder writes an ordinary Hugging Face folder that loads through the same
+``from_pretrained`` path a user takes with real weights; nothing reaches a hub.
+"""
+
+from paco_reward.testing.qwen import build_tiny_model, build_tiny_tokenizer
+
+__all__ = ["build_tiny_model", "build_tiny_tokenizer"]

@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny models are built once per test session, offline."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+# Tests never reach a model hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Qwen2.5-VL evaluator folder. Its weights are initialised with a wide
+    spread so scores differ clearly between pairs (a test comparing two scoring paths
+    must not pass just because every score is 0.5)."""
+    from paco_reward.testing import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny-qwen") / "model",
+        seed=0,
+        text_config={"initializer_range": 0.3},
+        vision_config={"initializer_range": 0.3},
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_reward(tiny_model_dir):
+    from paco_reward import PacoReward
+
+    return PacoReward.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def random_images():
+    """Factory: ``random_images(n, size=(64, 64), seed=0)`` -> list of RGB PIL images."""
+
+    def make(n: int, size: tuple[int, int] = (64, 64), seed: int = 0) -> list[Image.Image]:
+        rng = np.random.default_rng(seed)
+        return [
+            Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+            for _ in range(n)
+        ]
+
+    return make
