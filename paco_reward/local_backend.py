@@ -34,6 +34,51 @@ logger = logging.getLogger(__name__)
 PairRequest = tuple[int, int, str]
 
 
+def render_prompt_ids(processor, instruction: str, num_images: int = 2) -> list[int]:
+    """Token ids of the chat prompt for a pair, up to and including the generation prompt
+    (``<|im_start|>assistant`` and its newline), with ONE ``<|image_pad|>`` per image. The scorer and the
+    SFT collator both call this, so a model is scored on exactly the prompt it was trained on.
+
+    Example:
+        >>> ids = render_prompt_ids(processor, render_instruction("rank"))  # doctest: +SKIP
+    """
+    text = processor.apply_chat_template(
+        build_messages(instruction, num_images=num_images),
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return processor.tokenizer.encode(text, add_special_tokens=False)
+
+
+def expand_image_tokens(
+    ids: Sequence[int], image_token_id: int, tokens_per_image: Sequence[int]
+) -> list[int]:
+    """Repeat the k-th ``image_token_id`` placeholder ``tokens_per_image[k]`` times (the
+    number of merged vision tokens of the k-th image), as ``processor(text, images)`` does.
+
+    Raises:
+        ValueError: if the number of placeholders differs from ``len(tokens_per_image)``.
+
+    Example:
+        >>> expand_image_tokens([7, 9, 7], image_token_id=7, tokens_per_image=[2, 1])
+        [7, 7, 9, 7]
+    """
+    placeholders = sum(1 for t in ids if t == image_token_id)
+    if placeholders != len(tokens_per_image):
+        raise ValueError(
+            f"prompt has {placeholders} image placeholders but {len(tokens_per_image)} images "
+            "were given; render the prompt with one image part per image."
+        )
+    counts = iter(tokens_per_image)
+    out: list[int] = []
+    for token in ids:
+        if token == image_token_id:
+            out.extend([token] * int(next(counts)))
+        else:
+            out.append(token)
+    return out
+
+
 def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -144,10 +189,7 @@ class LocalBackend:
         """Token ids of the rendered chat prompt for a pair, with one image placeholder per
         image (cached per instruction: the text does not depend on the images)."""
         if instruction not in self._prompt_ids:
-            text = self.processor.apply_chat_template(
-                build_messages(instruction), tokenize=False, add_generation_prompt=True
-            )
-            self._prompt_ids[instruction] = self.tokenizer.encode(text, add_special_tokens=False)
+            self._prompt_ids[instruction] = render_prompt_ids(self.processor, instruction)
         return self._prompt_ids[instruction]
 
     def build_inputs(
@@ -159,16 +201,11 @@ class LocalBackend:
         rows: list[list[int]] = []
         occurrences: list[int] = []
         for first, second, instruction in pairs:
-            images = iter((first, second))
-            ids: list[int] = []
-            for token in self.prompt_ids(instruction):
-                if token == self.image_token_id:
-                    index = next(images)
-                    occurrences.append(index)
-                    ids.extend([token] * tokens_per_image[index])
-                else:
-                    ids.append(token)
-            rows.append(ids)
+            occurrences.extend((first, second))
+            counts = (tokens_per_image[first], tokens_per_image[second])
+            rows.append(
+                expand_image_tokens(self.prompt_ids(instruction), self.image_token_id, counts)
+            )
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)

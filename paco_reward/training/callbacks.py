@@ -1,0 +1,97 @@
+"""Training callbacks: a JSONL of every logged metric and a loss-curve PNG.
+
+Both land in ``args.output_dir`` (``metrics.jsonl``, ``loss_curve.png``). On resume the
+JSONL is cut back to the checkpoint's step, so the file holds one continuous curve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "loss_curve.png"
+
+
+def read_metrics(output_dir: str | Path) -> list[dict]:
+    """The rows of ``output_dir/metrics.jsonl`` (empty if there is none)."""
+    path = Path(output_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
+    """Plot training loss (and held-out decision accuracy when logged) against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    evals = [(r["step"], r["eval_decision_accuracy"]) for r in rows if "eval_decision_accuracy" in r]
+    if not train and not evals:
+        return None
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot(*zip(*train), label="train loss", color="tab:blue")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    if evals:
+        acc = ax.twinx()
+        acc.plot(*zip(*evals), "o-", label="held-out decision accuracy", color="tab:orange")
+        acc.set_ylim(0, 1.02)
+        acc.set_ylabel("accuracy")
+        acc.legend(loc="lower right")
+    ax.legend(loc="upper right")
+    ax.set_title("PaCo-Reward SFT")
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every ``Trainer.log`` call to ``metrics.jsonl`` and redraws ``loss_curve.png``
+    after each evaluation and at the end of training (main process only)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        rows = read_metrics(args.output_dir)
+        kept = [r for r in rows if r.get("step", 0) <= state.global_step]
+        if len(kept) != len(rows):
+            logger.info("Resuming at step %d: dropping %d later metric rows.", state.global_step, len(rows) - len(kept))
+            text = "".join(json.dumps(r) + "\n" for r in kept)
+            _atomic_write_text(Path(args.output_dir) / METRICS_FILE, text)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        row = {"step": state.global_step, "epoch": state.epoch, **logs}
+        with open(Path(args.output_dir) / METRICS_FILE, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            plot_metrics(read_metrics(args.output_dir), Path(args.output_dir) / PLOT_FILE)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            plot_metrics(read_metrics(args.output_dir), Path(args.output_dir) / PLOT_FILE)

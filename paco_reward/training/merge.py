@@ -1,0 +1,72 @@
+"""Merge a LoRA adapter into its base model and save a plain Hugging Face folder.
+
+The result (config, safetensors weights, tokenizer, processor, chat template) loads with
+``PacoReward.from_pretrained(out)``, ``Qwen2_5_VLForConditionalGeneration.from_pretrained``
+and vLLM, like a released merged checkpoint.
+
+    >>> merge_lora("Qwen/Qwen2.5-VL-7B-Instruct", "runs/lora", "runs/merged")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def merge_lora(
+    base: str | Path,
+    adapter: str | Path,
+    output_dir: str | Path,
+    dtype: torch.dtype | str | None = None,
+    model_card: str | None = None,
+) -> Path:
+    """Load ``base`` + ``adapter``, merge the LoRA weights in, save to ``output_dir``.
+
+    Args:
+        base: base Qwen2.5-VL folder or hub id.
+        adapter: PEFT adapter folder (as written by :class:`PacoSFTTrainer`).
+        output_dir: where the merged model and its processor files go.
+        dtype: weight dtype of the saved model (default: the base model's config dtype,
+            float32 if none).
+        model_card: README text to write next to the weights (default: a short card).
+
+    Returns:
+        ``output_dir``.
+
+    Raises:
+        FileNotFoundError: if ``adapter`` has no ``adapter_config.json``.
+    """
+    from peft import PeftModel
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    adapter, output_dir = Path(adapter), Path(output_dir)
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(
+            f"{str(adapter)!r} is not a PEFT adapter folder (no adapter_config.json); pass the "
+            "training output folder of a LoRA run."
+        )
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(base), dtype=dtype or "auto")
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    processor_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
+    processor = AutoProcessor.from_pretrained(str(processor_source))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)
+    processor.save_pretrained(output_dir)
+    if model_card is None:
+        from paco_reward.training.model_card import render_model_card
+
+        card_file = adapter / "README.md"
+        model_card = (
+            card_file.read_text()
+            if card_file.is_file()
+            else render_model_card(base_model=str(base), adapter=str(adapter), merged=True)
+        )
+    (output_dir / "README.md").write_text(model_card)
+    logger.info("Merged %s into %s -> %s", adapter, base, output_dir)
+    return output_dir

@@ -1,0 +1,208 @@
+"""Configuration of the PaCo-Reward SFT trainer (:class:`PacoSFTConfig`).
+
+Every field of ``transformers.TrainingArguments`` is available (learning rate, scheduler,
+batch sizes, bf16, gradient checkpointing, DeepSpeed/FSDP, checkpointing, ...), plus the
+fields below. A YAML recipe maps 1:1 onto these fields (see ``recipes/``).
+
+    >>> cfg = PacoSFTConfig(output_dir="out", model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct",
+    ...                     dataset_path="pairs/")
+    >>> cfg.first_token_weight, cfg.loss_mode, cfg.lora_r
+    (0.1, 'paper', 32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from paco_reward.training.loss import LOSS_MODES
+
+TOY_DATASET = "toy-colour-pairs"
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Linear layers of Qwen2.5-VL's language model (attention + MLP), matched only inside
+# ``language_model`` so the vision tower's identically named MLP layers are left alone.
+LM_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+VISION_LINEAR_LAYERS = ("qkv", "proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class PacoSFTConfig(TrainingArguments):
+    """Arguments of :class:`~paco_reward.training.PacoSFTTrainer` (see the module docstring).
+
+    Defaults follow the paper (arXiv 2512.04784): LoRA r=32, alpha=64, dropout 0 on every
+    linear layer of the language model, vision tower and merger frozen, α = 0.1.
+    """
+
+    # ------------------------------------------------------------------ model
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Qwen2.5-VL model folder or hub id (e.g. Qwen/Qwen2.5-VL-7B-Instruct)."},
+    )
+    tiny_model: bool = field(
+        default=False,
+        metadata={
+            "help": "Build a from-scratch tiny Qwen2.5-VL (1 vision token per image) at "
+            "model_name_or_path when that folder does not exist (CPU recipes, tests)."
+        },
+    )
+    model_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": f"dtype the weights are loaded in, one of {MODEL_DTYPES}; 'auto' = bfloat16 "
+            "when bf16 is set, else float32."
+        },
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "Attention kernel ('sdpa', 'flash_attention_2', 'eager'); None = default."},
+    )
+    # ------------------------------------------------------------------ LoRA / freezing
+    use_lora: bool = field(
+        default=True, metadata={"help": "Train a LoRA adapter (True) or fine-tune fully (False)."}
+    )
+    lora_r: int = field(default=32, metadata={"help": "LoRA rank (paper: 32)."})
+    lora_alpha: int = field(default=64, metadata={"help": "LoRA alpha (paper: 64)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout (paper: 0)."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: list(LM_LINEAR_LAYERS),
+        metadata={
+            "help": "Names of the language model's linear layers that get LoRA "
+            f"(default: all of them, {list(LM_LINEAR_LAYERS)})."
+        },
+    )
+    freeze_vision_tower: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep the vision tower frozen. With LoRA, False adds LoRA to its linear "
+            "layers; with full fine-tuning, False trains its weights."
+        },
+    )
+    freeze_merger: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep the vision-language merger frozen. False trains it (with LoRA it is "
+            "saved with the adapter as a module to save)."
+        },
+    )
+    # ------------------------------------------------------------------ data
+    dataset_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pair dataset (PAIR_SCHEMA): a DatasetDict folder from save_to_disk, its "
+            f"parent holding hf/ or parquet/, or {TOY_DATASET!r} for built-in relational "
+            "coloured-square pairs."
+        },
+    )
+    train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    eval_split: str | None = field(
+        default="test", metadata={"help": "Split to evaluate on; None or '' = no evaluation."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many training rows (None = all)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many evaluation rows (None = all)."}
+    )
+    toy_train_size: int = field(
+        default=4000, metadata={"help": f"Training rows generated for {TOY_DATASET!r}."}
+    )
+    toy_test_size: int = field(
+        default=400, metadata={"help": f"Held-out rows generated for {TOY_DATASET!r}."}
+    )
+    image_min_pixels: int | None = field(
+        default=None,
+        metadata={"help": "Minimum image area in pixels (None = the processor's)."},
+    )
+    image_max_pixels: int | None = field(
+        default=None,
+        metadata={"help": "Maximum image area in pixels (paper: 2,097,152; None = processor's)."},
+    )
+    max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Maximum tokens per row; longer reasons are cut (the decision token and "
+            "prompt never are). None = no limit."
+        },
+    )
+    # ------------------------------------------------------------------ objective
+    first_token_weight: float = field(
+        default=0.1,
+        metadata={"help": "α: loss weight of the decision (Yes/No) token, in [0, 1] (paper: 0.1)."},
+    )
+    loss_mode: str = field(
+        default="paper",
+        metadata={
+            "help": f"One of {LOSS_MODES}: 'paper' = per-sequence α·CE(decision) + "
+            "(1-α)/(n-1)·ΣCE(rest); 'reference' = the released PaCo-RL code's token weighting."
+        },
+    )
+    reasoning_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Curriculum: for this many optimizer steps the target is rendered "
+            "reasons-first ('<reasons> So No.') with a plain MLE loss, then answer-first "
+            "('No. <reasons>') with the first-token weight. Lets small models learn "
+            "relational judgements that answer-first training alone does not."
+        },
+    )
+
+    save_merged: bool = field(
+        default=False,
+        metadata={
+            "help": "After LoRA training, also save base+adapter merged into output_dir/merged "
+            "(loadable by PacoReward.from_pretrained and vLLM)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        # The collator needs the raw pair columns; nothing may drop them.
+        self.remove_unused_columns = False
+        super().__post_init__()
+        if not 0.0 <= self.first_token_weight <= 1.0:
+            raise ValueError(
+                f"first_token_weight must be in [0, 1]; got {self.first_token_weight!r}."
+            )
+        if self.loss_mode not in LOSS_MODES:
+            raise ValueError(f"loss_mode {self.loss_mode!r} is not one of {LOSS_MODES}.")
+        if self.model_dtype not in MODEL_DTYPES:
+            raise ValueError(f"model_dtype {self.model_dtype!r} is not one of {MODEL_DTYPES}.")
+        if self.lora_r <= 0 or self.lora_alpha <= 0:
+            raise ValueError(
+                f"lora_r and lora_alpha must be positive; got {self.lora_r!r}, {self.lora_alpha!r}."
+            )
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}.")
+        if self.reasoning_warmup_steps < 0:
+            raise ValueError(
+                f"reasoning_warmup_steps must be >= 0; got {self.reasoning_warmup_steps!r}."
+            )
+        if self.reasoning_warmup_steps and self.dataloader_num_workers:
+            raise ValueError(
+                "reasoning_warmup_steps needs dataloader_num_workers=0 (the collator switches "
+                f"format in the main process); got {self.dataloader_num_workers!r} workers."
+            )
+        for name in ("image_min_pixels", "image_max_pixels", "max_length"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive or None; got {value!r}.")
+        if (
+            self.image_min_pixels is not None
+            and self.image_max_pixels is not None
+            and self.image_min_pixels > self.image_max_pixels
+        ):
+            raise ValueError(
+                f"image_min_pixels ({self.image_min_pixels}) exceeds image_max_pixels "
+                f"({self.image_max_pixels})."
+            )
+        if self.eval_split == "":
+            self.eval_split = None
+
+    @property
+    def torch_dtype(self):
+        """The dtype model weights are loaded in."""
+        import torch
+
+        if self.model_dtype == "auto":
+            return torch.bfloat16 if self.bf16 else torch.float32
+        return getattr(torch, self.model_dtype)
