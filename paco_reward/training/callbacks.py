@@ -56,7 +56,8 @@ def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
         acc.set_ylim(0, 1.02)
         acc.set_ylabel("accuracy")
         acc.legend(loc="lower right")
-    ax.legend(loc="upper right")
+    if train:
+        ax.legend(loc="upper right")
     ax.set_title("PaCo-Reward SFT")
     fig.tight_layout()
     tmp = path.with_name(path.stem + ".tmp.png")

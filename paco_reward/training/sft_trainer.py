@@ -206,6 +206,9 @@ class PacoSFTTrainer(Trainer):
                 max_pixels=args.image_max_pixels,
                 max_length=args.max_length,
             )
+        if hasattr(data_collator, "reasoning_first"):
+            # Before the first step (the data loader collates one batch ahead of the loop).
+            data_collator.reasoning_first = args.reasoning_warmup_steps > 0
         self.yes_no = YesNoTokens.from_tokenizer(processing_class.tokenizer)
         if args.gradient_checkpointing and args.gradient_checkpointing_kwargs is None:
             args.gradient_checkpointing_kwargs = {"use_reentrant": False}
@@ -236,6 +239,25 @@ class PacoSFTTrainer(Trainer):
         if self.args.world_size > 1:
             count = self.accelerator.gather(count.reshape(1)).sum()
         return batch_samples, count
+
+    # ------------------------------------------------------------------ resume
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """transformers 5 saves Qwen2.5-VL weights under the original checkpoint key names but
+        ``Trainer`` reloads them with a raw ``load_state_dict``, which silently loads nothing.
+        For a fully fine-tuned (non-PEFT, non-sharded) model, reload through
+        ``from_pretrained``, which maps the keys; everything else goes to ``Trainer``."""
+        model = model if model is not None else self.model
+        weights = Path(resume_from_checkpoint) / "model.safetensors"
+        if (
+            weights.is_file()
+            and not hasattr(model, "peft_config")
+            and not self.is_fsdp_enabled
+            and not self.is_deepspeed_enabled
+        ):
+            reloaded = type(model).from_pretrained(resume_from_checkpoint, dtype=model.dtype)
+            model.load_state_dict(reloaded.state_dict(), strict=True)
+            return
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
 
     # ------------------------------------------------------------------ loss
     def _forward(self, model, inputs):
