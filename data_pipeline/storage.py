@@ -131,9 +131,24 @@ class AppendOnlyJsonl:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def load(self) -> list[dict]:
+        """All complete records. Lines cut by a crash (not valid JSON) are skipped with a
+        warning: in an append-only store they can only be remnants of a killed write."""
         if not self.path.is_file():
             return []
-        return read_jsonl(self.path, skip_truncated_tail=True)
+        records, broken = [], 0
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                broken += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        if broken:
+            logger.warning("%s: skipped %d incomplete line(s) left by a crash", self.path, broken)
+        return records
 
     def append(self, record: dict) -> None:
         line = json.dumps(record, ensure_ascii=False) + "\n"

@@ -60,7 +60,8 @@ class TeacherState:
         self.requests: list[str] = []  # pair ids, in order of arrival
         self.answered: list[str] = []  # pair ids answered with HTTP 200
         self.lock = threading.Lock()
-        self.log_path: Path | None = None
+        self.inflight = 0
+        self.max_inflight = 0
 
 
 def _make_handler(state: TeacherState):
@@ -78,9 +79,15 @@ def _make_handler(state: TeacherState):
             with state.lock:
                 n = state.requests.count(pair_id)
                 state.requests.append(pair_id)
-                if state.log_path is not None:
-                    with open(state.log_path, "a") as fh:
-                        fh.write(pair_id + "\n")
+                state.inflight += 1
+                state.max_inflight = max(state.max_inflight, state.inflight)
+            try:
+                self._answer(body, pair_id, text, images, n)
+            finally:
+                with state.lock:
+                    state.inflight -= 1
+
+        def _answer(self, body, pair_id, text, images, n):
             time.sleep(state.delay)
             if n < state.fail_first:
                 self.send_response(500)
@@ -88,7 +95,7 @@ def _make_handler(state: TeacherState):
                 self.end_headers()
                 self.wfile.write(b'{"error": {"message": "overloaded"}}')
                 return
-            consistent = re.search(r"\bIS NOT\b", text) is None
+            consistent = re.search(r"\bis NOT consistent\b", text) is None
             if n < state.fail_first + state.contradict_first:
                 consistent = not consistent
             word = "Yes" if consistent else "No"
