@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from data_pipeline.storage import read_jsonl, write_json
+from data_pipeline.storage import AppendOnlyJsonl, read_jsonl, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def compute_stats(work_dir: str | Path, export_dir: str | Path | None = None) ->
         }
         reasons_path = work_dir / "reasons.jsonl"
         if reasons_path.is_file():
-            stored = {r["pair_id"]: r for r in read_jsonl(reasons_path, skip_truncated_tail=True)}
+            stored = {r["pair_id"]: r for r in AppendOnlyJsonl(reasons_path).load()}
             done = [p for p in pairs if p["pair_id"] in stored]
             attempts = [stored[p["pair_id"]].get("attempts", 1) for p in done]
             stats["reasons"] = {

@@ -67,7 +67,12 @@ def test_every_real_t2is_prompt_splits_into_its_layout(t2is_path):
         assert all(p and "[" not in p[:3] for p in panels)
         # Row-major: the markers appear in the order TOP-LEFT, TOP-RIGHT, BOTTOM-LEFT, BOTTOM-RIGHT.
         markers = re.findall(r"\[(TOP|BOTTOM)\]-\[(LEFT|RIGHT)\]:", r["prompt"])
-        assert markers == [("TOP", "LEFT"), ("TOP", "RIGHT"), ("BOTTOM", "LEFT"), ("BOTTOM", "RIGHT")]
+        assert markers == [
+            ("TOP", "LEFT"),
+            ("TOP", "RIGHT"),
+            ("BOTTOM", "LEFT"),
+            ("BOTTOM", "RIGHT"),
+        ]
         # The panel text is exactly what follows its marker.
         first = r["prompt"].split("[TOP]-[RIGHT]:")[0].split("[TOP]-[LEFT]:")[1].strip()
         assert panels[0] == first

@@ -36,7 +36,9 @@ def test_default_rule_reproduces_48_instances_per_prompt():
     assert {c["grid"] for c in inst["candidates"]} != {inst["reference"]["grid"]}
     assert len({c["grid"] for c in inst["candidates"]}) == 1
     # Stable ids: same input, same ids; all distinct.
-    assert [i["instance_id"] for i in make_instances(_panels())] == [i["instance_id"] for i in instances]
+    assert [i["instance_id"] for i in make_instances(_panels())] == [
+        i["instance_id"] for i in instances
+    ]
     assert len({i["instance_id"] for i in instances}) == len(instances)
 
 
@@ -203,12 +205,17 @@ def test_read_edit_pairs(tmp_path, random_images):
     assert [p["label"] for p in pairs] == [1, 0]
     assert pairs[0]["template"] == "edit_consistency" and pairs[0]["source"] == "edit"
     assert pairs[0]["prompt"] == "make it blue" and pairs[0]["image_a"].endswith("src.png")
-    path.write_text(json.dumps({"source": "src.png", "edited": "missing.png", "instruction": "x"}) + "\n")
+    path.write_text(
+        json.dumps({"source": "src.png", "edited": "missing.png", "instruction": "x"}) + "\n"
+    )
     with pytest.raises(DataPipelineError, match="edited image .*missing.png.* does not exist"):
         read_edit_pairs(path)
     path.write_text(json.dumps({"source": "src.png", "edited": "out.png"}) + "\n")
     with pytest.raises(DataPipelineError, match="lacks \\['instruction'\\]"):
         read_edit_pairs(path)
-    path.write_text(json.dumps({"source": "src.png", "edited": "out.png", "instruction": "x", "label": "maybe"}) + "\n")
+    path.write_text(
+        json.dumps({"source": "src.png", "edited": "out.png", "instruction": "x", "label": "maybe"})
+        + "\n"
+    )
     with pytest.raises(DataPipelineError, match="label must be"):
         read_edit_pairs(path)

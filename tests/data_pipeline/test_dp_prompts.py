@@ -35,7 +35,10 @@ def _write(tmp_path, records):
 
 
 def test_layout_from_prompt_and_theme_fallback(tmp_path):
-    path = _write(tmp_path, [{"prompt": "TWO-PANEL Images with a 1x2 grid layout A fox. [LEFT]:a. [RIGHT]:b."}])
+    path = _write(
+        tmp_path,
+        [{"prompt": "TWO-PANEL Images with a 1x2 grid layout A fox. [LEFT]:a. [RIGHT]:b."}],
+    )
     (record,) = load_prompts(path)
     assert record["prompt_id"] == "1" and record["layout"] == "1x2"
     assert record["theme"].endswith("A fox.") and record["panels"] == ["a.", "b."]
@@ -46,7 +49,11 @@ def test_layout_from_prompt_and_theme_fallback(tmp_path):
     [
         ([{"idx": "1"}], PromptError, "no non-empty 'prompt'"),
         ([{"idx": "1", "prompt": "a fox"}], LayoutError, "line 1 .*No grid layout"),
-        ([{"idx": "1", "prompt": "A. [LEFT]:a. [RIGHT]:b.", "layout": "2x2"}], PromptError, "needs 4 panel"),
+        (
+            [{"idx": "1", "prompt": "A. [LEFT]:a. [RIGHT]:b.", "layout": "2x2"}],
+            PromptError,
+            "needs 4 panel",
+        ),
         ([{"idx": "1", "prompt": "x", "layout": "1x2"}] * 2, DataPipelineError, "appears twice"),
     ],
 )

@@ -31,9 +31,21 @@ ROOT = Path(__file__).resolve().parents[2]
     "text, label, expected",
     [
         ("Yes. Both show the same red fox.", 1, "Both show the same red fox."),
-        ("**No** - the fox turns blue in the second image.", 0, "The fox turns blue in the second image."),
-        ("The fox keeps its colour and the style matches.", 1, "The fox keeps its colour and the style matches."),
-        ("No. The images are not consistent: the fox is blue.", 0, "The images are not consistent: the fox is blue."),
+        (
+            "**No** - the fox turns blue in the second image.",
+            0,
+            "The fox turns blue in the second image.",
+        ),
+        (
+            "The fox keeps its colour and the style matches.",
+            1,
+            "The fox keeps its colour and the style matches.",
+        ),
+        (
+            "No. The images are not consistent: the fox is blue.",
+            0,
+            "The images are not consistent: the fox is blue.",
+        ),
     ],
 )
 def test_check_reason_accepts(text, label, expected):
@@ -60,7 +72,9 @@ def test_openai_teacher_retries_errors_and_contradictions(pairs_work, teacher_se
     pairs = read_pairs(pairs_work)[:12]
     store = pairs_work / "reasons.jsonl"
     teacher = OpenAITeacher(url, "teacher")
-    stats = annotate_reasons(pairs, teacher, store, image_root=pairs_work, concurrency=3, backoff_s=0.01, progress=False)
+    stats = annotate_reasons(
+        pairs, teacher, store, image_root=pairs_work, concurrency=3, backoff_s=0.01, progress=False
+    )
     assert (stats.done, stats.errors, stats.rejected, stats.failed) == (12, 12, 12, 0)
     assert stats.requests == 36 and len(state.requests) == 36
     assert state.max_inflight <= 3
@@ -82,13 +96,17 @@ def test_exhausted_attempts_leave_pair_for_next_run(pairs_work, teacher_server):
     store = pairs_work / "reasons.jsonl"
     teacher = OpenAITeacher(url, "teacher")
     start = time.perf_counter()
-    stats = annotate_reasons(pairs, teacher, store, image_root=pairs_work, max_attempts=3, backoff_s=0.1, progress=False)
+    stats = annotate_reasons(
+        pairs, teacher, store, image_root=pairs_work, max_attempts=3, backoff_s=0.1, progress=False
+    )
     elapsed = time.perf_counter() - start
     assert (stats.done, stats.failed, stats.requests) == (0, 3, 9)
     assert ReasonStore(store).load() == {}
     # Exponential back-off: waits of 0.1 and 0.2 s, each jittered to at least half.
     assert elapsed >= 0.15
-    stats = annotate_reasons(pairs, teacher, store, image_root=pairs_work, backoff_s=0.01, progress=False)
+    stats = annotate_reasons(
+        pairs, teacher, store, image_root=pairs_work, backoff_s=0.01, progress=False
+    )
     assert stats.done == 3 and set(ReasonStore(store).load()) == {p["pair_id"] for p in pairs}
 
 
@@ -150,7 +168,9 @@ def test_kill_and_resume_loses_nothing_and_asks_nothing_twice(pairs_work, teache
         "--concurrency", "4", "--backoff", "0.01", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     deadline = time.time() + 90
     while time.time() < deadline and proc.poll() is None:
         if len(ReasonStore(store).load()) >= 10:

@@ -83,7 +83,12 @@ def test_simulated_annotators_rank_by_truth():
     record = world.make_prompts(1)[0]
     prompts = {record["idx"]: record}
     cands = [{"grid": "1", "pos": k, "path": ""} for k in range(4)]
-    instance = {"instance_id": "i", "prompt_id": record["idx"], "reference": {"grid": "0", "pos": 0}, "candidates": cands}
+    instance = {
+        "instance_id": "i",
+        "prompt_id": record["idx"],
+        "reference": {"grid": "0", "pos": 0},
+        "candidates": cands,
+    }
     exact = SimulatedAnnotators(n=2, noise=0.0, tie_margin=0.0)
     truth = exact.true_scores(instance, world, prompts)
     rankings = exact.annotate([instance], world, prompts)

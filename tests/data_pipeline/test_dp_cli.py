@@ -1,0 +1,65 @@
+"""``paco-data``: every stage as a subcommand, run in sequence on synthetic inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_pipeline.cli import main
+
+
+def test_every_step_in_sequence(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert (
+        main(["synthetic", str(work), "--prompts", "4", "--grids", "3", "--layouts", "2x2", "1x3"])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "prompts",
+                str(work),
+                "--input",
+                str(work / "inputs" / "prompts.jsonl"),
+                "--source",
+                "synthetic",
+            ]
+        )
+        == 0
+    )
+    assert main(["grids", str(work), "--from", str(work / "inputs" / "grids")]) == 0
+    assert main(["instances", str(work), "--rule", "other_grid"]) == 0
+    assert main(["simulate-rankings", str(work)]) == 0
+    assert (
+        main(
+            ["rankings", str(work), str(work / "inputs" / "rankings.jsonl"), "--method", "majority"]
+        )
+        == 0
+    )
+    assert main(["pairs", str(work), "--top-k", "1", "--bottom-k", "1"]) == 0
+    assert main(["reasons", str(work), "--no-progress"]) == 0
+    assert main(["export", str(work), "--test-fraction", "0.25"]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(work)]) == 0
+    table = capsys.readouterr().out
+    assert "instances_per_prompt" in table and "pairs.consistent" in table
+    stats = json.loads((work / "stats.json").read_text())
+    # 2 prompts of 2x2 (3 grids x 2 others x 4 panels) + 2 of 1x3 (3 x 2 x 3).
+    assert stats["instances"] == 2 * 24 + 2 * 18
+    assert stats["agreement"]["method"] == "majority"
+    assert stats["export"]["test_prompts"] == 1
+    assert stats["reasons"]["done"] == stats["pairs"]["total"]
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert main(["grids", str(tmp_path)]) == 2
+    assert "exactly one of --from" in capsys.readouterr().err
+    assert main(["reasons", str(tmp_path), "--teacher", "openai"]) == 2
+    assert "needs --base-url and --model" in capsys.readouterr().err
+    assert main(["prompts", str(tmp_path), "--input", str(tmp_path / "none.jsonl")]) == 1
+    assert "No JSONL file" in capsys.readouterr().err
+    assert main(["simulate-rankings", str(tmp_path)]) == 1
+    assert "synthetic.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["instances", str(tmp_path), "--rule", "bogus"])
