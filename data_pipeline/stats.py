@@ -78,11 +78,48 @@ def compute_stats(work_dir: str | Path, export_dir: str | Path | None = None) ->
     return stats
 
 
-def write_stats(work_dir: str | Path, export_dir: str | Path | None = None) -> dict:
-    """Stage 8: compute the statistics and write ``<work_dir>/stats.json``."""
+def write_stats(
+    work_dir: str | Path, export_dir: str | Path | None = None, plot: bool = True
+) -> dict:
+    """Stage 8: compute the statistics, write ``<work_dir>/stats.json`` and (with
+    matplotlib installed and ``plot=True``) ``<work_dir>/stats.png``."""
     stats = compute_stats(work_dir, export_dir)
     write_json(Path(work_dir) / STATS_FILE, stats)
+    if plot and stats.get("pairs"):
+        plot_stats(stats, Path(work_dir) / "stats.png")
     return stats
+
+
+def plot_stats(stats: dict, path: str | Path) -> Path | None:
+    """A bar chart of consistent / inconsistent pairs per category. Returns the path, or
+    ``None`` if matplotlib is not installed (``pip install matplotlib`` to get the plot)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.info("matplotlib not installed; no stats plot (pip install matplotlib).")
+        return None
+    categories = stats["pairs"]["by_category"]
+    names = list(categories)
+    xs = range(len(names))
+    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(names)), 3.2))
+    yes = [categories[n]["consistent"] for n in names]
+    no = [categories[n]["inconsistent"] for n in names]
+    ax.bar([x - 0.2 for x in xs], yes, width=0.4, label="consistent (Yes)")
+    ax.bar([x + 0.2 for x in xs], no, width=0.4, label="inconsistent (No)")
+    ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("pairs")
+    ax.set_title(f"{stats['pairs']['total']} pairs by category")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
 
 
 def _flatten(prefix: str, value, rows: list[list[str]]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from data_pipeline.generate import generate_grids, ingest_grids, read_panels
-from data_pipeline.prompts import prepare_prompts
+from data_pipeline.prompts import prepare_prompts, read_prompts
 from data_pipeline.storage import DataPipelineError, read_jsonl
 from data_pipeline.synthetic import SyntheticWorld
 from paco_reward.errors import LayoutError
@@ -91,3 +91,72 @@ def test_generate_with_tiny_flux_on_real_prompts(tmp_path, t2is_path):
     assert pipe.calls == 6 and len(read_panels(work)) == 24
     with pytest.raises(ValueError, match="seeds must name >= 2 grids"):
         generate_grids(pipe, work, seeds=[0])
+
+
+@pytest.mark.slow
+def test_t2is_prompts_through_every_stage_with_tiny_flux(tmp_path, t2is_path, teacher_server):
+    """Real T2IS prompts -> tiny FLUX grids -> 48 instances per prompt -> two annotators'
+    rankings -> pairs -> reasons from an OpenAI-compatible teacher -> DatasetDict."""
+    import random
+
+    from datasets import load_from_disk
+    from diffusers import FluxPipeline
+
+    from data_pipeline.export import ExportConfig, export_dataset
+    from data_pipeline.instances import build_instances, read_instances
+    from data_pipeline.pairs import build_pairs, read_pairs
+    from data_pipeline.rankings import ingest_rankings
+    from data_pipeline.reasons import OpenAITeacher, annotate_reasons
+    from data_pipeline.stats import write_stats
+    from data_pipeline.testing import build_tiny_flux
+
+    pipe = FluxPipeline.from_pretrained(build_tiny_flux(tmp_path / "flux"))
+    work = tmp_path / "work"
+    prepare_prompts(t2is_path, work, limit=3)
+    generate_grids(
+        pipe,
+        work,
+        seeds=[0, 1, 2, 3],
+        height=64,
+        width=64,
+        num_inference_steps=1,
+        max_sequence_length=16,
+    )
+    build_instances(work)
+    instances = read_instances(work)
+    assert len(instances) == 3 * 48
+    rng = random.Random(0)
+    lines = []
+    for annotator in ("ann1", "ann2"):
+        for instance_id in instances:
+            order = list(range(4))
+            rng.shuffle(order)
+            lines.append(
+                json.dumps({"instance_id": instance_id, "annotator": annotator, "ranking": order})
+            )
+    (tmp_path / "rankings.jsonl").write_text("\n".join(lines) + "\n")
+    ingest_rankings(work, tmp_path / "rankings.jsonl")
+    build_pairs(work)
+    pairs = read_pairs(work)
+    assert pairs and {p["category"] for p in pairs} <= {
+        "Character Generation", "Process Generation", "Instruction Generation",
+        "Design Style Generation", "Story Generation",
+    }  # fmt: skip
+    url, state = teacher_server()
+    stats = annotate_reasons(
+        pairs,
+        OpenAITeacher(url, "teacher"),
+        work / "reasons.jsonl",
+        image_root=work,
+        concurrency=8,
+        progress=False,
+    )
+    assert stats.done == len(pairs) == len(state.requests)
+    export_dataset(work, config=ExportConfig(test_fraction=0.34))
+    ds = load_from_disk(str(work / "export" / "hf"))
+    row = ds["train"][0]
+    assert row["image_a"].size == (32, 32) and "Looking at the 2 images" in row["reasons"]
+    assert row["prompt"] == read_prompts(work)[row["prompt_id"]]["theme"]
+    summary = write_stats(work)
+    assert summary["instances_per_prompt"] == 48 and summary["agreement"]["annotators"] == 2
+    assert (work / "stats.png").stat().st_size > 1000
