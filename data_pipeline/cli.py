@@ -52,7 +52,7 @@ def _cmd_grids(args) -> int:
         from diffusers import DiffusionPipeline
 
         dtype = getattr(torch, args.dtype)
-        pipe = DiffusionPipeline.from_pretrained(args.pipeline, torch_dtype=dtype)
+        pipe = DiffusionPipeline.from_pretrained(args.pipeline, dtype=dtype)
         pipe = pipe.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         kwargs = {"num_inference_steps": args.steps, "guidance_scale": args.guidance_scale}
         if args.max_sequence_length:

@@ -63,3 +63,17 @@ def test_cli_errors(tmp_path, capsys):
     assert "synthetic.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["instances", str(tmp_path), "--rule", "bogus"])
+
+
+def test_grids_generated_by_a_diffusers_pipeline_folder(tmp_path, t2is_path):
+    from data_pipeline.storage import read_jsonl
+    from data_pipeline.testing import build_tiny_flux
+
+    flux = build_tiny_flux(tmp_path / "flux")
+    work = tmp_path / "work"
+    assert main(["prompts", str(work), "--input", str(t2is_path), "--limit", "1"]) == 0
+    args = ["grids", str(work), "--pipeline", str(flux), "--seeds", "0", "1", "--steps", "1"]
+    args += ["--height", "32", "--width", "32", "--max-sequence-length", "16", "--device", "cpu"]
+    assert main(args) == 0
+    assert len(read_jsonl(work / "panels.jsonl")) == 8
+    assert (work / "grids" / "0003" / "1.png").is_file()
