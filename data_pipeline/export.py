@@ -29,7 +29,13 @@ from data_pipeline.pairs import read_pairs
 from data_pipeline.prompts import read_prompts
 from data_pipeline.rankings import read_merged
 from data_pipeline.reasons import read_reasons
-from data_pipeline.storage import DataPipelineError, stable_id, write_json, write_jsonl
+from data_pipeline.storage import (
+    DataPipelineError,
+    copy_atomic,
+    stable_id,
+    write_json,
+    write_jsonl,
+)
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
 logger = logging.getLogger(__name__)
@@ -219,8 +225,7 @@ def export_llamafactory(splits: dict[str, list[dict]], out_dir: Path, name: str 
                 src = Path(r[key])
                 rel = Path("images") / r["prompt_id"] / f"{stable_id(src.resolve())}{src.suffix}"
                 if not (folder / rel).is_file():
-                    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, folder / rel)
+                    copy_atomic(src, folder / rel)
                 images.append(str(rel))
             user, assistant = r["messages"]
             instruction = next(p["text"] for p in user["content"] if p["type"] == "text")
@@ -273,8 +278,7 @@ def export_consistency_rank(
             name = f"{panel['grid']}_{panel['pos']}.png"
             target = folder / "images" / inst["prompt_id"] / name
             if not target.is_file():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(_resolve(panel["path"], work_dir), target)
+                copy_atomic(_resolve(panel["path"], work_dir), target)
             names.append(name)
         comp = names[1:]
         items.append(

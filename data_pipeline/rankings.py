@@ -34,11 +34,39 @@ METHODS = ("borda", "majority")
 Groups = list[list[int]]
 
 
-def normalise_ranking(record: dict, n_candidates: int | None = None, where: str = "") -> Groups:
-    """A raw ranking (ints / nested lists for ties, optional ``ties``) -> tie groups, best first.
+def candidate_names(instance: dict) -> dict[str, int]:
+    """Names a ranking may use for an instance's candidates: ``"<grid>_<pos>.png"`` (the
+    ConsistencyRank file name), ``"<grid>_<pos>"`` and the panel path."""
+    names: dict[str, int] = {}
+    for index, c in enumerate(instance["candidates"]):
+        for name in (f"{c['grid']}_{c['pos']}.png", f"{c['grid']}_{c['pos']}", c.get("path")):
+            if name:
+                names[str(name)] = index
+    return names
+
+
+def _member(m, names: dict[str, int] | None, where: str, item) -> int:
+    if isinstance(m, str) and names is not None and m in names:
+        return names[m]
+    if isinstance(m, int) and not isinstance(m, bool):
+        return m
+    raise DataPipelineError(
+        f"{where}: ranking entries must be candidate indices (or candidate file names such "
+        f"as '1_0.png'), or lists of them for ties; got {item!r}."
+    )
+
+
+def normalise_ranking(
+    record: dict,
+    n_candidates: int | None = None,
+    where: str = "",
+    names: dict[str, int] | None = None,
+) -> Groups:
+    """A raw ranking (ints or candidate names / nested lists for ties, optional ``ties``) ->
+    tie groups of candidate indices, best first.
 
     Raises:
-        DataPipelineError: no ranking, a non-integer entry, a repeated or missing candidate.
+        DataPipelineError: no ranking, an unknown entry, a repeated or missing candidate.
     """
     raw = record.get("ranking", record.get("order"))
     if not isinstance(raw, list) or not raw:
@@ -46,13 +74,11 @@ def normalise_ranking(record: dict, n_candidates: int | None = None, where: str 
     groups: Groups = []
     for item in raw:
         members = item if isinstance(item, list) else [item]
-        if not members or not all(isinstance(m, int) and not isinstance(m, bool) for m in members):
-            raise DataPipelineError(
-                f"{where}: ranking entries must be candidate indices or lists of them; got {item!r}."
-            )
-        groups.append(list(members))
+        if not members:
+            raise DataPipelineError(f"{where}: empty tie group in ranking {raw!r}.")
+        groups.append([_member(m, names, where, item) for m in members])
     for tie in record.get("ties") or []:
-        tie = set(tie)
+        tie = {_member(m, names, where, tie) for m in tie}
         hit = [g for g in groups if tie & set(g)]
         if len(hit) > 1:
             merged = sorted({m for g in hit for m in g})
@@ -81,7 +107,7 @@ def load_rankings(path: str | Path, instances: dict[str, dict] | None = None) ->
     for line, record in enumerate(read_jsonl(path), start=1):
         where = f"{path}:{line}"
         instance_id = record.get("instance_id")
-        n = None
+        n = names = None
         if instances is not None:
             if instance_id not in instances:
                 raise DataPipelineError(
@@ -89,11 +115,12 @@ def load_rankings(path: str | Path, instances: dict[str, dict] | None = None) ->
                     "instances.jsonl of the same work folder."
                 )
             n = len(instances[instance_id]["candidates"])
+            names = candidate_names(instances[instance_id])
         out.append(
             {
                 "instance_id": instance_id,
                 "annotator": str(record.get("annotator", f"a{line}")),
-                "ranking": normalise_ranking(record, n, where),
+                "ranking": normalise_ranking(record, n, where, names),
             }
         )
     return out

@@ -67,9 +67,10 @@ _NEGATIVE = re.compile(
     r"does not maintain|do not maintain|fails? to maintain|lacks? consistency)\b",
     re.IGNORECASE,
 )
+# A whole-pair claim of consistency (not "the colour is consistent, but ...").
 _POSITIVE = re.compile(
-    r"\b(fully consistent|perfectly consistent|completely consistent|are consistent|is consistent|"
-    r"maintains? (full |complete )?consistency)\b",
+    r"\b((images|they|both|pair) (are|remain|stay) (fully |completely |perfectly |entirely )?"
+    r"consistent|(fully|completely|perfectly|entirely) consistent)\b",
     re.IGNORECASE,
 )
 
@@ -79,8 +80,10 @@ def check_reason(text: str, label: int, min_chars: int = 8) -> str:
     leading decision word.
 
     Rejected: empty or shorter than ``min_chars``; a leading "Yes"/"No" opposite to the
-    label; for a consistent pair, a claim of inconsistency; for an inconsistent pair, a
-    plain claim of consistency that is not negated.
+    label; for a consistent pair, a claim of inconsistency ("inconsistent", "does not
+    maintain" ...); for an inconsistent pair, a whole-pair claim of consistency ("the
+    images are fully consistent") that is not negated. The check is deliberately
+    conservative: a rejected reason is simply asked again.
 
     Raises:
         ReasonRejected: naming why.
@@ -110,10 +113,7 @@ def check_reason(text: str, label: int, min_chars: int = 8) -> str:
     if label and _NEGATIVE.search(body):
         raise ReasonRejected(f"reason claims inconsistency for a consistent pair: {body[:80]!r}")
     if not label and _POSITIVE.search(body) and not _NEGATIVE.search(body):
-        if not re.search(r"\b(not|no longer|n't)\b", body, re.IGNORECASE):
-            raise ReasonRejected(
-                f"reason claims consistency for an inconsistent pair: {body[:80]!r}"
-            )
+        raise ReasonRejected(f"reason claims consistency for an inconsistent pair: {body[:80]!r}")
     return body[0].upper() + body[1:]
 
 
@@ -208,17 +208,25 @@ class OpenAITeacher:
         timeout: float = 120.0,
         prompt: str = TEACHER_PROMPT,
     ) -> None:
-        from openai import AsyncOpenAI
-
         self.name = f"openai:{model}"
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.prompt = prompt
-        # Retries and back-off are ours (annotate_reasons), not the client's.
-        self.client = AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
-        )
+        self._client_kwargs = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
+        self._clients: dict[int, Any] = {}
+
+    @property
+    def client(self):
+        """The ``AsyncOpenAI`` client of the running event loop (an async HTTP client
+        must not outlive its loop, and each ``annotate_reasons`` call runs its own)."""
+        from openai import AsyncOpenAI
+
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._clients:
+            # Retries and back-off are ours (annotate_reasons), not the client's.
+            self._clients = {loop: AsyncOpenAI(max_retries=0, **self._client_kwargs)}
+        return self._clients[loop]
 
     def messages(self, pair: dict, image_a: Image.Image, image_b: Image.Image) -> list[dict]:
         label = int(pair["label"])
@@ -255,7 +263,9 @@ class OpenAITeacher:
         return content
 
     async def aclose(self) -> None:
+        """Close the client of the running event loop."""
         await self.client.close()
+        self._clients.clear()
 
 
 # ---------------------------------------------------------------------- store

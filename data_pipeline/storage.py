@@ -164,6 +164,11 @@ class AppendOnlyJsonl:
             os.fsync(handle.fileno())
 
 
+def copy_atomic(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy a file so that ``dst`` is either absent or complete."""
+    atomic_write_bytes(dst, Path(src).read_bytes())
+
+
 def save_image_atomic(image: Image.Image, path: str | os.PathLike) -> None:
     """Save a PIL image as PNG atomically."""
     import io as _io  # stdlib

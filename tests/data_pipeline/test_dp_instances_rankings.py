@@ -92,6 +92,7 @@ def test_normalise_ranking_ties():
     [
         ({}, "no 'ranking' list"),
         ({"ranking": [0, "a"]}, "candidate indices"),
+        ({"ranking": [0, [], 1]}, "empty tie group"),
         ({"ranking": [0, 0, 1, 2]}, "appears twice"),
         ({"ranking": [0, 1, 2]}, "every candidate 0..3"),
     ],
@@ -145,6 +146,15 @@ def test_load_and_merge_rankings_file(tmp_path):
     merged, agreement = merge_rankings(raw, instances)
     assert len(merged) == 2 and merged[0]["ranking"][0] == [0] and merged[0]["n_annotators"] == 2
     assert agreement["annotators"] == 2 and agreement["pairwise_agreement"] == pytest.approx(5 / 6)
+    # Candidates may be named by their ConsistencyRank file names.
+    inst = instances[ids[0]]
+    names = [f"{c['grid']}_{c['pos']}.png" for c in inst["candidates"]]
+    named = tmp_path / "named.jsonl"
+    named.write_text(
+        json.dumps({"instance_id": ids[0], "ranking": [names[2], [names[0], names[3]], names[1]]})
+        + "\n"
+    )
+    assert load_rankings(named, instances)[0]["ranking"] == [[2], [0, 3], [1]]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"instance_id": "nope", "ranking": [0, 1, 2, 3]}) + "\n")
     with pytest.raises(DataPipelineError, match="unknown instance_id 'nope'"):

@@ -46,9 +46,15 @@ ROOT = Path(__file__).resolve().parents[2]
             0,
             "The images are not consistent: the fox is blue.",
         ),
+        (
+            "No. The style is consistent, but the fox changes colour.",
+            0,
+            "The style is consistent, but the fox changes colour.",
+        ),
     ],
 )
 def test_check_reason_accepts(text, label, expected):
+    """Also: partial consistency inside a "No" reason is fine."""
     assert check_reason(text, label) == expected
 
 
