@@ -54,6 +54,10 @@ MARKINGS = ["plain", "dots", "stripes", "cross"]
 TEXTURES = ["plain", "grain", "hatch"]
 OUTLINES = [0, 3]
 
+NAMES = [
+    "Bobo", "Kiki", "Momo", "Pip", "Zaza", "Lulu", "Taro", "Nina", "Fifi", "Gogo",
+    "Rory", "Mika", "Juno", "Tuk", "Vivi", "Odo", "Bea", "Ziggy", "Coco", "Remy",
+]  # fmt: skip
 IDENTITY = ("shape", "colour", "marking")
 STYLE = ("background", "texture", "outline")
 CHOICES: dict[str, list[Any]] = {
@@ -64,6 +68,9 @@ CHOICES: dict[str, list[Any]] = {
     "texture": TEXTURES,
     "outline": OUTLINES,
 }
+# Prompt attributes are balanced within blocks of this many prompts (a multiple of every
+# attribute's number of values).
+BLOCK = 12
 # Which dimension a category's grids tend to break.
 CATEGORIES = {
     "identity": "Character Generation",
@@ -140,14 +147,26 @@ class SyntheticWorld:
         layouts = layouts or [(2, 2)]
         records = []
         for i in range(start, start + n):
-            rng = random.Random(f"{self.seed}-prompt-{i}")
-            attrs = {k: rng.choice(v) for k, v in CHOICES.items()}
+            attrs = self._prompt_attributes(i)
             focus = list(CATEGORIES)[i % len(CATEGORIES)]
             rows, cols = layouts[i % len(layouts)]
             records.append(self._prompt_record(f"syn{i:05d}", attrs, focus, rows, cols))
         return records
 
+    def _prompt_attributes(self, i: int) -> dict:
+        """Attributes of prompt ``i``: within every block of ``BLOCK`` consecutive prompts,
+        each value of each attribute is used equally often (independently shuffled per
+        attribute), so no value is more often "the prompt's own" than another."""
+        block, offset = divmod(i, BLOCK)
+        attrs = {}
+        for key, values in CHOICES.items():
+            order = list(values) * (BLOCK // len(values))
+            random.Random(f"{self.seed}-{key}-{block}").shuffle(order)
+            attrs[key] = order[offset]
+        return attrs
+
     def _prompt_record(self, idx: str, attrs: dict, focus: str, rows: int, cols: int) -> dict:
+        name = NAMES[int(stable_id(self.seed, idx, length=8), 16) % len(NAMES)]
         outline = "a thick black outline" if attrs["outline"] else "no outline"
         character = (
             f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
@@ -164,7 +183,9 @@ class SyntheticWorld:
             "height": rows * self.panel_size,
             "width": cols * self.panel_size,
             "layout": f"{rows}x{cols}",
-            "theme": f"{character}, {style}, counting up one pip per image",
+            # The theme names the character but none of its attributes: a label must come
+            # from comparing the two images, not from checking one image against the text.
+            "theme": f"the adventures of {name}, a cartoon character, one more pip per image",
             "category": CATEGORIES[focus],
             "task_name": f"synthetic-{focus}",
             "criteria": {

@@ -116,3 +116,53 @@ def test_annotator_validation():
         SimulatedAnnotators(noise=-1)
     with pytest.raises(ValueError, match="not a synthetic prompt"):
         SyntheticWorld().panel_specs({"idx": "x", "layout": "2x2"}, 0)
+
+
+def test_pair_labels_are_not_readable_from_the_candidate_alone():
+    """Through the real pairing, ranking and labelling stages: each attribute of the
+    candidate (image_b) and of the reference (image_a) is distributed alike in
+    consistent and inconsistent pairs, while their agreement differs sharply."""
+    from data_pipeline.instances import make_instances
+    from data_pipeline.pairs import rankings_to_pairs
+    from data_pipeline.rankings import merge_rankings
+
+    world = SyntheticWorld(seed=11)
+    prompts = {p["idx"]: p for p in world.make_prompts(120)}
+    panels = [
+        {"prompt_id": pid, "grid": str(g), "pos": k, "path": f"{pid}/{g}_{k}.png"}
+        for pid in prompts
+        for g in range(4)
+        for k in range(4)
+    ]
+    instances = {i["instance_id"]: {**i, "theme": "t"} for i in make_instances(panels, prompts)}
+    raw = SimulatedAnnotators(n=3, seed=0).annotate(list(instances.values()), world, prompts)
+    for r in raw:
+        r["ranking"] = [[c] if isinstance(c, int) else c for c in r["ranking"]]
+    merged, _ = merge_rankings(raw, instances)
+    pairs = rankings_to_pairs(instances, {m["instance_id"]: m for m in merged})
+    specs = {}
+
+    def spec(pair, key):
+        grid, pos = pair[key].split(":")
+        cache_key = (pair["prompt_id"], grid)
+        if cache_key not in specs:
+            specs[cache_key] = world.panel_specs(prompts[pair["prompt_id"]], int(grid))
+        return specs[cache_key][int(pos)]
+
+    by_label = {label: [p for p in pairs if p["label"] == label] for label in (0, 1)}
+    assert min(len(v) for v in by_label.values()) > 4000
+    for key in ("panel_a", "panel_b"):
+        for attribute in ("shape", "colour", "marking", "background", "texture", "outline"):
+            dist = {}
+            for label, group in by_label.items():
+                counts = Counter(getattr(spec(p, key), attribute) for p in group)
+                dist[label] = {v: n / len(group) for v, n in counts.items()}
+            tv = 0.5 * sum(
+                abs(dist[0].get(v, 0) - dist[1].get(v, 0)) for v in set(dist[0]) | set(dist[1])
+            )
+            assert tv < 0.05, (key, attribute, dist)
+    agree = {
+        label: np.mean([panel_similarity(spec(p, "panel_a"), spec(p, "panel_b")) for p in group])
+        for label, group in by_label.items()
+    }
+    assert agree[1] > agree[0] + 0.2
