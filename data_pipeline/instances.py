@@ -21,7 +21,7 @@ from pathlib import Path
 
 from data_pipeline.generate import read_panels
 from data_pipeline.prompts import read_prompts
-from data_pipeline.storage import read_jsonl, stable_id, write_jsonl
+from data_pipeline.storage import read_jsonl, stable_id, write_json, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def build_instances(work_dir: str | Path, config: PairingConfig | None = None) -
     instances = make_instances(read_panels(work_dir), read_prompts(work_dir), config)
     out = work_dir / INSTANCES_FILE
     write_jsonl(out, instances)
-    write_jsonl(work_dir / "instances.config.jsonl", [asdict(config or PairingConfig())])
+    write_json(work_dir / "instances.config.json", asdict(config or PairingConfig()))
     return out
 
 

@@ -182,6 +182,15 @@ TEACHER_PROMPT = (
 )
 
 
+EDIT_TEACHER_PROMPT = (
+    "You explain judgements of image edits. The second image is an edit of the first with "
+    "the instruction: '{theme}'. Human annotators judged that, apart from the intended "
+    "change, the edited image {verdict} consistent with the original in identity, style and "
+    "logic. Start your answer with '{word}.' and then give one to three sentences of concrete "
+    "visual reasons. Do not contradict the judgement."
+)
+
+
 class OpenAITeacher:
     """A teacher behind any OpenAI-compatible ``/v1/chat/completions`` endpoint
     (OpenAI, vLLM, SGLang). Images are sent as PNG data URLs; the pair id is sent in the
@@ -192,6 +201,8 @@ class OpenAITeacher:
         model: model name the endpoint serves.
         api_key: key (``"EMPTY"`` for local servers).
         max_tokens / temperature / timeout: request settings.
+        prompt / edit_prompt: the request text for set pairs and for editing pairs
+            (format fields ``{theme}``, ``{verdict}``, ``{word}``).
 
     Example:
         >>> teacher = OpenAITeacher("http://127.0.0.1:8000/v1", "Qwen2.5-VL-72B")  # doctest: +SKIP
@@ -207,12 +218,14 @@ class OpenAITeacher:
         temperature: float = 0.3,
         timeout: float = 120.0,
         prompt: str = TEACHER_PROMPT,
+        edit_prompt: str = EDIT_TEACHER_PROMPT,
     ) -> None:
         self.name = f"openai:{model}"
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.prompt = prompt
+        self.edit_prompt = edit_prompt
         self._client_kwargs = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
         self._clients: dict[int, Any] = {}
 
@@ -230,10 +243,12 @@ class OpenAITeacher:
 
     def messages(self, pair: dict, image_a: Image.Image, image_b: Image.Image) -> list[dict]:
         label = int(pair["label"])
-        theme = f', for the theme "{pair["prompt"]}"' if pair.get("prompt") else ""
-        text = self.prompt.format(
-            theme=theme, verdict="IS" if label else "is NOT", word="Yes" if label else "No"
-        )
+        verdict, word = ("IS", "Yes") if label else ("is NOT", "No")
+        if str(pair.get("template", "")).startswith("edit") and pair.get("prompt"):
+            text = self.edit_prompt.format(theme=pair["prompt"], verdict=verdict, word=word)
+        else:
+            theme = f', for the theme "{pair["prompt"]}"' if pair.get("prompt") else ""
+            text = self.prompt.format(theme=theme, verdict=verdict, word=word)
         return [
             {
                 "role": "user",

@@ -37,7 +37,15 @@ def test_every_step_in_sequence(tmp_path, capsys):
         )
         == 0
     )
-    assert main(["pairs", str(work), "--top-k", "1", "--bottom-k", "1"]) == 0
+    edits = tmp_path / "edits.jsonl"
+    panel = str(work / "panels" / "syn00000" / "0_0.png")
+    other = str(work / "panels" / "syn00000" / "1_0.png")
+    edits.write_text(
+        json.dumps({"id": "e1", "source": panel, "edited": other, "instruction": "add a hat"})
+        + "\n"
+    )
+    args = ["pairs", str(work), "--top-k", "1", "--bottom-k", "1", "--edit-pairs", str(edits)]
+    assert main(args) == 0
     assert main(["reasons", str(work), "--no-progress"]) == 0
     assert main(["export", str(work), "--test-fraction", "0.25"]) == 0
     capsys.readouterr()
@@ -48,8 +56,15 @@ def test_every_step_in_sequence(tmp_path, capsys):
     # 2 prompts of 2x2 (3 grids x 2 others x 4 panels) + 2 of 1x3 (3 x 2 x 3).
     assert stats["instances"] == 2 * 24 + 2 * 18
     assert stats["agreement"]["method"] == "majority"
-    assert stats["export"]["test_prompts"] == 1
+    assert stats["export"]["test_prompts"] == 2  # ceil(0.25 * 5 prompts: 4 synthetic + 1 edit)
     assert stats["reasons"]["done"] == stats["pairs"]["total"]
+    assert stats["pairs"]["by_source"]["edit"] == 1
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(work / "export" / "hf"))
+    edit_rows = [r for s in ds.values() for r in s if r["source"] == "edit"]
+    assert len(edit_rows) == 1 and edit_rows[0]["template"] == "edit_consistency"
+    assert "Instruction: 'add a hat'" in edit_rows[0]["messages"][0]["content"][2]["text"]
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -96,6 +96,19 @@ def test_openai_teacher_retries_errors_and_contradictions(pairs_work, teacher_se
     assert (again.skipped, again.requests, len(state.requests)) == (12, 0, 36)
 
 
+def test_openai_teacher_request_text_for_set_and_edit_pairs(random_images):
+    teacher = OpenAITeacher("http://127.0.0.1:9/v1", "teacher")
+    a, b = random_images(2)
+    pair = {"pair_id": "p", "label": 0, "prompt": "a red fox", "template": "consistency"}
+    content = teacher.messages(pair, a, b)[0]["content"]
+    assert [c["type"] for c in content] == ["image_url", "image_url", "text"]
+    assert content[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert 'theme "a red fox"' in content[2]["text"] and "is NOT consistent" in content[2]["text"]
+    edit = {**pair, "label": 1, "prompt": "add a hat", "template": "edit_consistency"}
+    text = teacher.messages(edit, a, b)[0]["content"][2]["text"]
+    assert "instruction: 'add a hat'" in text and "Start your answer with 'Yes.'" in text
+
+
 def test_exhausted_attempts_leave_pair_for_next_run(pairs_work, teacher_server):
     url, state = teacher_server(fail_first=3)
     pairs = read_pairs(pairs_work)[:3]
