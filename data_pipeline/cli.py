@@ -10,6 +10,7 @@ Every step reads and writes a *work folder*; each is resumable and safe to re-ru
     paco-data reasons   WORK --teacher openai --base-url URL --model NAME
     paco-data export    WORK [--out DIR] [--test-fraction 0.1]
     paco-data stats     WORK
+    paco-data probe     WORK                    # can one image alone predict the label?
 
     paco-data synthetic WORK [--prompts 12]     # synthetic inputs (prompts + grids)
     paco-data simulate-rankings WORK            # synthetic annotators' rankings
@@ -158,6 +159,21 @@ def _cmd_stats(args) -> int:
     return 0
 
 
+def _cmd_probe(args) -> int:
+    from data_pipeline.probe import leakage_probe
+
+    dataset = args.dataset or Path(args.work_dir) / "export" / "hf"
+    report = leakage_probe(dataset)
+    width = max(len(k) for k in report)
+    for key, value in report.items():
+        print(
+            f"{key.ljust(width)}  {value:.4f}"
+            if isinstance(value, float)
+            else f"{key.ljust(width)}  {value}"
+        )
+    return 0
+
+
 def _synthetic_config(args):
     from data_pipeline.pipeline import SyntheticConfig
 
@@ -282,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("stats", _cmd_stats, "stage 8: statistics (JSON + table)")
     p.add_argument("--export-dir", type=Path, default=None)
+
+    p = add("probe", _cmd_probe, "label-leakage probe of the exported dataset (test AUCs)")
+    p.add_argument(
+        "--dataset", type=Path, default=None, help="saved DatasetDict (default WORK/export/hf)"
+    )
 
     p = add("synthetic", _cmd_synthetic, "write synthetic prompts and grids (SYNTHETIC data)")
     _add_synthetic_args(p)

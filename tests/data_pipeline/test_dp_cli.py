@@ -51,6 +51,8 @@ def test_every_step_in_sequence(tmp_path, capsys):
     capsys.readouterr()
     assert main(["stats", str(work)]) == 0
     table = capsys.readouterr().out
+    assert main(["probe", str(work)]) == 0
+    assert "image_b_only_auc" in capsys.readouterr().out
     assert "instances_per_prompt" in table and "pairs.consistent" in table
     stats = json.loads((work / "stats.json").read_text())
     # 2 prompts of 2x2 (3 grids x 2 others x 4 panels) + 2 of 1x3 (3 x 2 x 3).

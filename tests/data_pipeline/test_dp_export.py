@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from data_pipeline.export import ExportConfig, export_dataset, split_prompts
@@ -190,3 +191,16 @@ def test_rows_feed_the_trainer_with_the_scorer_prompt_tokens(exported, tiny_mode
         assert ids[:cut] == backend.prompt_ids(instruction)
         assert tokenizer.decode(ids[cut:]).startswith("Yes" if row["label"] else "No")
         assert text.count("<|image_pad|>") == 2
+
+
+def test_leakage_probe(exported):
+    from data_pipeline.probe import leakage_probe, roc_auc
+
+    work, _, _ = exported
+    report = leakage_probe(work / "export" / "hf")
+    assert report["test_rows"] > 50
+    # The label needs both images: the pair beats either image alone.
+    assert report["pair_distance_auc"] > 0.65
+    assert report["pair_features_auc"] > max(report["image_a_only_auc"], report["image_b_only_auc"])
+    assert roc_auc(np.array([1, 0]), np.array([0.2, 0.9])) == 0.0
+    assert np.isnan(roc_auc(np.array([1, 1]), np.array([0.2, 0.9])))
