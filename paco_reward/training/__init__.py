@@ -1,9 +1,9 @@
 """Supervised fine-tuning of the PaCo pairwise evaluator.
 
-    >>> from paco_reward.training import PacoSFTConfig, PacoSFTTrainer   # doctest: +SKIP
-    >>> trainer = PacoSFTTrainer(args=PacoSFTConfig(output_dir="out",
-    ...     model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct", dataset_path="pairs/"))  # doctest: +SKIP
-    >>> trainer.train()                                                    # doctest: +SKIP
+>>> from paco_reward.training import PacoSFTConfig, PacoSFTTrainer   # doctest: +SKIP
+>>> trainer = PacoSFTTrainer(args=PacoSFTConfig(output_dir="out",
+...     model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct", dataset_path="pairs/"))  # doctest: +SKIP
+>>> trainer.train()                                                    # doctest: +SKIP
 """
 
 from paco_reward.training.collator import PacoSFTCollator, format_reasoning_first

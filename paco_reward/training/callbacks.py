@@ -41,7 +41,9 @@ def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    evals = [(r["step"], r["eval_decision_accuracy"]) for r in rows if "eval_decision_accuracy" in r]
+    evals = [
+        (r["step"], r["eval_decision_accuracy"]) for r in rows if "eval_decision_accuracy" in r
+    ]
     if not train and not evals:
         return None
     path = Path(path)
@@ -77,7 +79,11 @@ class MetricsFileCallback(TrainerCallback):
         rows = read_metrics(args.output_dir)
         kept = [r for r in rows if r.get("step", 0) <= state.global_step]
         if len(kept) != len(rows):
-            logger.info("Resuming at step %d: dropping %d later metric rows.", state.global_step, len(rows) - len(kept))
+            logger.info(
+                "Resuming at step %d: dropping %d later metric rows.",
+                state.global_step,
+                len(rows) - len(kept),
+            )
             text = "".join(json.dumps(r) + "\n" for r in kept)
             _atomic_write_text(Path(args.output_dir) / METRICS_FILE, text)
 

@@ -110,8 +110,10 @@ class PacoSFTCollator:
             raise ValueError(f"row {row.get('pair_id')!r}: label must be 0 or 1; got {label!r}.")
         reasons = row.get("reasons") or ""
         first = self.reasoning_first if reasoning_first is None else reasoning_first
-        return format_reasoning_first(bool(label), reasons) if first else format_answer(
-            bool(label), reasons
+        return (
+            format_reasoning_first(bool(label), reasons)
+            if first
+            else format_answer(bool(label), reasons)
         )
 
     def answer_ids(self, text: str) -> list[int]:
@@ -124,7 +126,9 @@ class PacoSFTCollator:
             for column in ("image_a", "image_b"):
                 name = f"rows[{k}].{column}"
                 pil.append(resize_for_model(_row_image(row[column], name), self.image_policy, name))
-        out = self.processor.image_processor(images=pil, size=self._processor_size, return_tensors="pt")
+        out = self.processor.image_processor(
+            images=pil, size=self._processor_size, return_tensors="pt"
+        )
         return out["pixel_values"], out["image_grid_thw"]
 
     # ------------------------------------------------------------------ batch

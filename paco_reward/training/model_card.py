@@ -1,8 +1,8 @@
 """A model card (``README.md``) written next to trained weights: data, recipe, metrics.
 
-    >>> print(render_model_card(base_model="tiny", metrics={"eval_roc_auc": 1.0})[:27])
-    ---
-    library_name: transformers
+>>> print(render_model_card(base_model="tiny", metrics={"eval_roc_auc": 1.0})[:27])
+---
+library_name: transformers
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ def render_model_card(
     merged: bool = False,
 ) -> str:
     """Markdown text of the card (YAML front matter + sections)."""
-    kind = "merged model" if merged else ("LoRA adapter" if adapter or (recipe or {}).get("use_lora") else "model")
+    kind = (
+        "merged model"
+        if merged
+        else ("LoRA adapter" if adapter or (recipe or {}).get("use_lora") else "model")
+    )
     lines = [
         "---",
         "library_name: transformers" if merged or not adapter else "library_name: peft",
@@ -67,7 +71,8 @@ def render_model_card(
         "",
         "```python",
         "from paco_reward import PacoReward",
-        f"rm = PacoReward.from_pretrained({base_model!r}" + (f", adapter={adapter!r})" if adapter and not merged else ")"),
+        f"rm = PacoReward.from_pretrained({base_model!r}"
+        + (f", adapter={adapter!r})" if adapter and not merged else ")"),
         "rm.score(image_a, image_b, 'theme')",
         "```",
     ]

@@ -55,7 +55,9 @@ class PacoSFTConfig(TrainingArguments):
     )
     attn_implementation: str | None = field(
         default=None,
-        metadata={"help": "Attention kernel ('sdpa', 'flash_attention_2', 'eager'); None = default."},
+        metadata={
+            "help": "Attention kernel ('sdpa', 'flash_attention_2', 'eager'); None = default."
+        },
     )
     # ------------------------------------------------------------------ LoRA / freezing
     use_lora: bool = field(

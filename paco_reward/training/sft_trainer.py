@@ -49,7 +49,9 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
 
         side = args.image_max_pixels or 28 * 28
         logger.info("Building a from-scratch tiny Qwen2.5-VL at %s", path)
-        build_tiny_model(path, seed=args.seed, min_pixels=args.image_min_pixels or side, max_pixels=side)
+        build_tiny_model(
+            path, seed=args.seed, min_pixels=args.image_min_pixels or side, max_pixels=side
+        )
     return str(args.model_name_or_path)
 
 
@@ -109,7 +111,6 @@ def load_model_and_processor(args: PacoSFTConfig):
 
 def load_pair_datasets(args: PacoSFTConfig):
     """``(train, eval)`` datasets from ``dataset_path`` (PAIR_SCHEMA) or the toy generator."""
-    import datasets
 
     if not args.dataset_path:
         raise ValueError(f"dataset_path is not set; give a pair dataset folder or {TOY_DATASET!r}.")
@@ -152,7 +153,9 @@ def load_pair_dataset_dict(path: str | Path):
     if parquet.is_dir() and any(parquet.glob("*.parquet")):
         files = {p.stem: str(p) for p in sorted(parquet.glob("*.parquet"))}
         splits = datasets.load_dataset("parquet", data_files=files)
-        return splits.cast_column("image_a", datasets.Image()).cast_column("image_b", datasets.Image())
+        return splits.cast_column("image_a", datasets.Image()).cast_column(
+            "image_b", datasets.Image()
+        )
     raise ValueError(
         f"No pair dataset at {str(path)!r}: expected a DatasetDict saved with save_to_disk "
         "(dataset_dict.json), or hf/ or parquet/ inside it."
@@ -234,7 +237,11 @@ class PacoSFTTrainer(Trainer):
         if hasattr(collator, "reasoning_first"):
             collator.reasoning_first = self.in_reasoning_warmup()
         batch_samples, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
-        count = sum(loss_normaliser(b["labels"], self.args.loss_mode) for b in batch_samples if "labels" in b)
+        count = sum(
+            loss_normaliser(b["labels"], self.args.loss_mode)
+            for b in batch_samples
+            if "labels" in b
+        )
         count = torch.tensor(count, device=device, dtype=torch.float32)
         if self.args.world_size > 1:
             count = self.accelerator.gather(count.reshape(1)).sum()

@@ -85,9 +85,7 @@ def colour_pairs(
         rows["prompt"].append(prompt)
         rows["label"].append(int(same))
         rows["reasons"].append(reasons)
-        rows["messages"].append(
-            build_messages(instruction, answer=format_answer(same, reasons))
-        )
+        rows["messages"].append(build_messages(instruction, answer=format_answer(same, reasons)))
         rows["category"].append("colour")
         rows["source"].append("toy")
     features = datasets.Features(
@@ -103,7 +101,9 @@ def colour_pairs(
             "messages": [
                 {
                     "role": datasets.Value("string"),
-                    "content": [{"type": datasets.Value("string"), "text": datasets.Value("string")}],
+                    "content": [
+                        {"type": datasets.Value("string"), "text": datasets.Value("string")}
+                    ],
                 }
             ],
             "category": datasets.Value("string"),

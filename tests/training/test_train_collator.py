@@ -68,7 +68,9 @@ def test_rendering_equals_the_chat_template_of_the_messages_column(rows, backend
         counts = (batch["image_grid_thw"][2 * i : 2 * i + 2].prod(-1) // 4).tolist()
         expected = expand_image_tokens(ids, processor.image_token_id, counts)
         length = int(batch["attention_mask"][i].sum())
-        assert batch["input_ids"][i, :length].tolist() + processor.tokenizer.encode("\n") == expected
+        assert (
+            batch["input_ids"][i, :length].tolist() + processor.tokenizer.encode("\n") == expected
+        )
 
 
 def test_pixel_values_are_the_scorers(rows, backend):
@@ -131,8 +133,16 @@ def test_scorer_inputs_match_the_processor(rows, backend):
     instruction = PacoSFTCollator(processor).instruction(rows[0])
     ours = backend.build_inputs([(0, 1, instruction)], grids)["input_ids"][0].tolist()
     text = processor.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "image"},
-                                      {"type": "text", "text": instruction}]}],
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image"},
+                    {"type": "image"},
+                    {"type": "text", "text": instruction},
+                ],
+            }
+        ],
         tokenize=False,
         add_generation_prompt=True,
     )

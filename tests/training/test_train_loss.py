@@ -107,7 +107,9 @@ def test_batch_without_supervised_tokens_gives_zero_loss_with_gradient():
 )
 def test_invalid_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        first_token_weighted_loss(torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), **kwargs)
+        first_token_weighted_loss(
+            torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), **kwargs
+        )
 
 
 def test_shape_mismatch_raises():

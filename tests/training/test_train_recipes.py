@@ -20,7 +20,11 @@ def test_7b_recipe_is_the_papers_configuration():
     # use_cpu: transformers refuses bf16 without a GPU at config time.
     cfg = load_recipe(RECIPES / "paco_reward_7b_lora.yaml", ["--use_cpu", "true"])
     assert cfg.model_name_or_path == "Qwen/Qwen2.5-VL-7B-Instruct"
-    assert (cfg.learning_rate, cfg.lr_scheduler_type.value, cfg.warmup_steps) == (2e-4, "cosine", 0.1)
+    assert (cfg.learning_rate, cfg.lr_scheduler_type.value, cfg.warmup_steps) == (
+        2e-4,
+        "cosine",
+        0.1,
+    )
     assert (cfg.num_train_epochs, cfg.per_device_train_batch_size) == (2, 8)
     assert (cfg.gradient_accumulation_steps, cfg.bf16, cfg.first_token_weight) == (4, True, 0.1)
     assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout) == (32, 64, 0.0)
@@ -31,14 +35,22 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
     cfg = load_recipe(
         RECIPES / "paco_reward_7b_lora.yaml",
         [
-            "--model_name_or_path", str(tiny_model_dir),
-            "--dataset_path", "toy-colour-pairs",
-            "--toy_train_size", "8",
-            "--toy_test_size", "4",
-            "--output_dir", str(tmp_path / "run"),
-            "--report_to", "none",
-            "--dataloader_num_workers", "0",
-            "--use_cpu", "true",
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--dataset_path",
+            "toy-colour-pairs",
+            "--toy_train_size",
+            "8",
+            "--toy_test_size",
+            "4",
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--report_to",
+            "none",
+            "--dataloader_num_workers",
+            "0",
+            "--use_cpu",
+            "true",
         ],
     )
     trainer = PacoSFTTrainer(args=cfg)
@@ -49,14 +61,18 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
     for layer in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
         assert any(f".{layer}.lora_A" in n for n in trainable), layer
     assert trainer.model.dtype == torch.bfloat16
-    batch = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(2)]))
+    batch = trainer._prepare_inputs(
+        trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    )
     trainer.model.train()
     loss = trainer.compute_loss(trainer.model, batch, num_items_in_batch=2)
     assert torch.isfinite(loss)
 
 
 def test_tiny_recipe_and_overrides(tmp_path):
-    cfg = load_recipe(RECIPES / "tiny_cpu.yaml", ["--max_steps", "7", "--first_token_weight", "0.5"])
+    cfg = load_recipe(
+        RECIPES / "tiny_cpu.yaml", ["--max_steps", "7", "--first_token_weight", "0.5"]
+    )
     assert cfg.max_steps == 7 and cfg.first_token_weight == 0.5 and cfg.reasoning_warmup_steps > 0
     assert cfg.tiny_model and not cfg.use_lora
 

@@ -64,7 +64,12 @@ def test_lora_loss_logged_and_every_trainable_parameter_changed(tmp_path, tiny_m
     losses = [r["loss"] for r in rows if "loss" in r]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
     metrics = trainer.evaluate()
-    assert {"eval_decision_accuracy", "eval_roc_auc", "eval_p_yes_on_yes", "eval_p_yes_on_no"} <= set(metrics)
+    assert {
+        "eval_decision_accuracy",
+        "eval_roc_auc",
+        "eval_p_yes_on_yes",
+        "eval_p_yes_on_no",
+    } <= set(metrics)
     assert 0.0 <= metrics["eval_p_yes_on_no"] <= 1.0
     assert (tmp_path / "run" / "loss_curve.png").stat().st_size > 1000
     assert any("eval_roc_auc" in r for r in read_metrics(cfg.output_dir))
@@ -124,9 +129,17 @@ def test_gradient_accumulation_keeps_the_update(tmp_path, tiny_model_dir, pairs,
 
 
 def test_resume_continues_the_same_loss_curve(tmp_path, tiny_model_dir, pairs):
-    common = dict(use_lora=False, freeze_vision_tower=False, freeze_merger=False, max_steps=6,
-                  learning_rate=3e-3, per_device_train_batch_size=2)
-    full_cfg = _config(tmp_path / "a", tiny_model_dir, save_strategy="steps", save_steps=3, **common)
+    common = dict(
+        use_lora=False,
+        freeze_vision_tower=False,
+        freeze_merger=False,
+        max_steps=6,
+        learning_rate=3e-3,
+        per_device_train_batch_size=2,
+    )
+    full_cfg = _config(
+        tmp_path / "a", tiny_model_dir, save_strategy="steps", save_steps=3, **common
+    )
     _trainer(full_cfg, pairs).train()
     full = {r["step"]: r["loss"] for r in read_metrics(full_cfg.output_dir) if "loss" in r}
     resumed_cfg = _config(tmp_path / "b", tiny_model_dir, **common)
@@ -151,13 +164,25 @@ class _RecordingCollator(PacoSFTCollator):
 def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
     tmp_path, tiny_model_dir, pairs
 ):
-    cfg = _config(tmp_path, tiny_model_dir, max_steps=5, reasoning_warmup_steps=2,
-                  per_device_train_batch_size=2, eval_strategy="steps", eval_steps=1)
+    cfg = _config(
+        tmp_path,
+        tiny_model_dir,
+        max_steps=5,
+        reasoning_warmup_steps=2,
+        per_device_train_batch_size=2,
+        eval_strategy="steps",
+        eval_steps=1,
+    )
     model, processor = load_model_and_processor(cfg)
     collator = _RecordingCollator(processor)
-    trainer = PacoSFTTrainer(model=model, args=cfg, train_dataset=pairs,
-                             eval_dataset=pairs.select(range(4)), processing_class=processor,
-                             data_collator=collator)
+    trainer = PacoSFTTrainer(
+        model=model,
+        args=cfg,
+        train_dataset=pairs,
+        eval_dataset=pairs.select(range(4)),
+        processing_class=processor,
+        data_collator=collator,
+    )
     trainer.train()
     train_formats = [first for training, first in collator.calls if training]
     eval_formats = [first for training, first in collator.calls if not training]
@@ -176,7 +201,10 @@ def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
         ({"lora_r": 0}, r"lora_r and lora_alpha must be positive; got 0, 64"),
         ({"lora_dropout": 1.0}, r"lora_dropout must be in \[0, 1\); got 1.0"),
         ({"reasoning_warmup_steps": -1}, r"reasoning_warmup_steps must be >= 0; got -1"),
-        ({"reasoning_warmup_steps": 5, "dataloader_num_workers": 2}, r"needs dataloader_num_workers=0"),
+        (
+            {"reasoning_warmup_steps": 5, "dataloader_num_workers": 2},
+            r"needs dataloader_num_workers=0",
+        ),
         ({"image_max_pixels": 0}, r"image_max_pixels must be positive or None; got 0"),
         ({"image_min_pixels": 900, "image_max_pixels": 800}, r"image_min_pixels \(900\) exceeds"),
     ],
