@@ -223,3 +223,12 @@ def test_bad_lora_targets_and_missing_inputs_raise(tmp_path, tiny_model_dir):
         PacoSFTTrainer(args=_config(tmp_path, tiny_model_dir, dataset_path=str(tmp_path)))
     with pytest.raises(TypeError, match="args must be a PacoSFTConfig"):
         PacoSFTTrainer(args=json)
+
+
+def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs):
+    cfg = _config(tmp_path, tiny_model_dir, gradient_checkpointing=True, max_steps=2)
+    trainer = _trainer(cfg, pairs)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert all(not torch.equal(before[n], after[n].detach()) for n in before)
