@@ -14,7 +14,8 @@ In *reasoning-first* mode (the curriculum's warm-up) the target is
     >>> collator = PacoSFTCollator(processor)                         # doctest: +SKIP
     >>> batch = collator([dataset[0], dataset[1]])                    # doctest: +SKIP
     >>> sorted(batch)                                                 # doctest: +SKIP
-    ['attention_mask', 'image_grid_thw', 'input_ids', 'labels', 'mm_token_type_ids', 'pixel_values']
+    ['attention_mask', 'image_grid_thw', 'input_ids', 'labels', 'mm_token_type_ids', 'pixel_values',
+     'reasoning_first']
 """
 
 from __future__ import annotations
@@ -164,4 +165,6 @@ class PacoSFTCollator:
             "mm_token_type_ids": (input_ids == self.image_token_id).int(),
             "pixel_values": pixel_values,
             "image_grid_thw": grids,
+            # Which target format this batch has (the trainer drops it before the forward).
+            "reasoning_first": torch.full((len(rows),), self.reasoning_first, dtype=torch.bool),
         }

@@ -272,7 +272,8 @@ class PacoSFTTrainer(Trainer):
         labels aligned with them (the answer only: memory stays small with long prompts)."""
         inputs = dict(inputs)
         labels = inputs.pop("labels")
-        reasoning_first = bool(inputs.pop("reasoning_first", False))
+        flags = inputs.pop("reasoning_first", None)
+        reasoning_first = bool(flags.any()) if flags is not None else False
         supervised = labels[:, 1:].ne(IGNORE_INDEX)
         has_any = supervised.any(-1)
         first = torch.where(has_any, supervised.float().argmax(-1), labels.shape[1] - 1)
@@ -281,8 +282,9 @@ class PacoSFTTrainer(Trainer):
         return outputs, outputs.logits, labels[:, start:], reasoning_first
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        warmup = model.training and self.in_reasoning_warmup()
-        outputs, logits, labels, _ = self._forward(model, inputs)
+        outputs, logits, labels, reasoning_first = self._forward(model, inputs)
+        # Reasons-first targets (the warm-up) train with plain MLE: their first token is no decision.
+        warmup = model.training and reasoning_first
         loss = first_token_weighted_loss(
             logits,
             labels,

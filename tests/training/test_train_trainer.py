@@ -232,3 +232,24 @@ def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert all(not torch.equal(before[n], after[n].detach()) for n in before)
+
+
+def test_warmup_batches_use_plain_mle_and_answer_first_batches_the_first_token_weight(
+    tmp_path, tiny_model_dir, pairs
+):
+    from paco_reward.training.loss import first_token_weighted_loss
+
+    cfg = _config(tmp_path, tiny_model_dir, first_token_weight=0.9, reasoning_warmup_steps=3)
+    trainer = _trainer(cfg, pairs)
+    trainer.model.train()
+    rows = [pairs[i] for i in range(4)]
+    for reasoning_first, alpha in ((True, None), (False, 0.9)):
+        trainer.data_collator.reasoning_first = reasoning_first
+        batch = trainer.data_collator(rows)
+        labels = batch["labels"]
+        with torch.no_grad():
+            loss = trainer.compute_loss(trainer.model, dict(batch))
+            inputs = {k: v for k, v in batch.items() if k not in ("labels", "reasoning_first")}
+            logits = trainer.model(**inputs).logits
+        expected = first_token_weighted_loss(logits, labels, alpha=alpha)
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
