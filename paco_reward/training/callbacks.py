@@ -33,8 +33,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
-    """Plot training loss (and held-out decision accuracy when logged) against the step."""
+def plot_metrics(rows: list[dict], path: str | Path, warmup_steps: int = 0) -> Path | None:
+    """Plot training loss (and held-out decision accuracy when logged) against the step;
+    a dashed line marks the end of the reasons-first warm-up."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,6 +51,8 @@ def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         ax.plot(*zip(*train), label="train loss", color="tab:blue")
+    if warmup_steps:
+        ax.axvline(warmup_steps, color="gray", linestyle="--", label="end of reasons-first warm-up")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     if evals:
@@ -58,7 +61,7 @@ def plot_metrics(rows: list[dict], path: str | Path) -> Path | None:
         acc.set_ylim(0, 1.02)
         acc.set_ylabel("accuracy")
         acc.legend(loc="lower right")
-    if train:
+    if train or warmup_steps:
         ax.legend(loc="upper right")
     ax.set_title("PaCo-Reward SFT")
     fig.tight_layout()
@@ -97,8 +100,16 @@ class MetricsFileCallback(TrainerCallback):
 
     def on_evaluate(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            plot_metrics(read_metrics(args.output_dir), Path(args.output_dir) / PLOT_FILE)
+            plot_metrics(
+                read_metrics(args.output_dir),
+                Path(args.output_dir) / PLOT_FILE,
+                getattr(args, "reasoning_warmup_steps", 0),
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            plot_metrics(read_metrics(args.output_dir), Path(args.output_dir) / PLOT_FILE)
+            plot_metrics(
+                read_metrics(args.output_dir),
+                Path(args.output_dir) / PLOT_FILE,
+                getattr(args, "reasoning_warmup_steps", 0),
+            )

@@ -213,8 +213,6 @@ class PacoSFTTrainer(Trainer):
             # Before the first step (the data loader collates one batch ahead of the loop).
             data_collator.reasoning_first = args.reasoning_warmup_steps > 0
         self.yes_no = YesNoTokens.from_tokenizer(processing_class.tokenizer)
-        if args.gradient_checkpointing and args.gradient_checkpointing_kwargs is None:
-            args.gradient_checkpointing_kwargs = {"use_reentrant": False}
         super().__init__(
             model=model,
             args=args,

@@ -226,7 +226,7 @@ def test_bad_lora_targets_and_missing_inputs_raise(tmp_path, tiny_model_dir):
 
 
 def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs):
-    cfg = _config(tmp_path, tiny_model_dir, gradient_checkpointing=True, max_steps=2)
+    cfg = _config(tmp_path, tiny_model_dir, activation_checkpointing=True, max_steps=2)
     trainer = _trainer(cfg, pairs)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()
