@@ -79,6 +79,7 @@ def run_training(config) -> dict[str, Any]:
         metrics=metrics,
         data=data,
         adapter=str(output_dir) if config.use_lora else None,
+        model_path=str(output_dir),
     )
     (output_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
     if config.use_lora and config.save_merged:

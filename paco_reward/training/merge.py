@@ -65,7 +65,9 @@ def merge_lora(
         model_card = (
             card_file.read_text()
             if card_file.is_file()
-            else render_model_card(base_model=str(base), adapter=str(adapter), merged=True)
+            else render_model_card(
+                base_model=str(base), adapter=str(adapter), merged=True, model_path=str(output_dir)
+            )
         )
     (output_dir / "README.md").write_text(model_card)
     logger.info("Merged %s into %s -> %s", adapter, base, output_dir)

@@ -40,7 +40,9 @@ _RECIPE_KEYS = (
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(getattr(value, "value", value))  # enums (e.g. the scheduler type) by value
 
 
 def render_model_card(
@@ -50,8 +52,10 @@ def render_model_card(
     data: Mapping[str, Any] | None = None,
     adapter: str | None = None,
     merged: bool = False,
+    model_path: str | None = None,
 ) -> str:
-    """Markdown text of the card (YAML front matter + sections)."""
+    """Markdown text of the card (YAML front matter + sections). ``model_path`` is the folder
+    the card describes (used in the usage snippet of a fully fine-tuned or merged model)."""
     kind = (
         "merged model"
         if merged
@@ -71,8 +75,11 @@ def render_model_card(
         "",
         "```python",
         "from paco_reward import PacoReward",
-        f"rm = PacoReward.from_pretrained({base_model!r}"
-        + (f", adapter={adapter!r})" if adapter and not merged else ")"),
+        (
+            f"rm = PacoReward.from_pretrained({base_model!r}, adapter={adapter!r})"
+            if adapter and not merged
+            else f"rm = PacoReward.from_pretrained({model_path or base_model!r})"
+        ),
         "rm.score(image_a, image_b, 'theme')",
         "```",
     ]
@@ -104,6 +111,6 @@ def recipe_dict(config) -> dict[str, Any]:
         try:
             json.dumps(value)
         except TypeError:
-            value = str(value)
+            value = str(getattr(value, "value", value))
         out[key] = value
     return out

@@ -43,7 +43,7 @@ def test_training_output_folder(lora_run):
     assert (out / "metrics.jsonl").is_file() and (out / "loss_curve.png").is_file()
     card = (out / "README.md").read_text()
     assert "## Recipe" in card and "first_token_weight: 0.1" in card
-    assert f"| eval_roc_auc | {metrics['eval_roc_auc']:.4f} |" in card
+    assert f"| eval_roc_auc | {metrics['eval_roc_auc']:.4g} |" in card
     assert (out / "merged" / "model.safetensors").is_file()
     assert (out / "merged" / "processor_config.json").is_file()
 
