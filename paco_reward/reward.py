@@ -10,6 +10,7 @@ and the Yes/No extraction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -131,6 +132,45 @@ class PacoReward:
         )
         return cls(backend, template=template, symmetric=symmetric)
 
+    @classmethod
+    def from_server(
+        cls,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 16,
+        timeout: float = 60.0,
+        retries: int = 5,
+        cache_size: int = 4096,
+        template: str | Template = DEFAULT_TEMPLATE,
+        symmetric: bool = False,
+        **backend_kwargs,
+    ) -> PacoReward:
+        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``).
+
+        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`. Checks at once that
+        the server serves ``model`` (:class:`~paco_reward.errors.RewardServerError` otherwise).
+        ``backend_kwargs`` go to :class:`~paco_reward.remote_backend.RemoteBackend`
+        (``image_format``, ``top_logprobs``, ``yes_no_token_ids``, ``tokenizer``, ...).
+
+        Example:
+            >>> rm = PacoReward.from_server("http://127.0.0.1:8000/v1", model="PaCo-Reward-7B")  # doctest: +SKIP
+        """
+        from paco_reward.remote_backend import RemoteBackend
+
+        backend = RemoteBackend(
+            base_url,
+            model,
+            api_key=api_key,
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            retries=retries,
+            cache_size=cache_size,
+            **backend_kwargs,
+        )
+        return cls(backend, template=template, symmetric=symmetric)
+
     # ------------------------------------------------------------------ primitive
     def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
         return render_instruction(template if template is not None else self.template, prompt)
@@ -181,6 +221,38 @@ class PacoReward:
             >>> rm.score_pairs([(a, b, "a fox"), (a, c, "a fox")])   # doctest: +SKIP
             array([0.91, 0.12])
         """
+        table, requests = self._pair_requests(pairs, template)
+        return self._score(table, requests, symmetric)
+
+    async def ascore_pairs(
+        self,
+        pairs: Sequence[tuple],
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> np.ndarray:
+        """Async :meth:`score_pairs`: awaits a remote backend's requests on the running event
+        loop (an in-process backend runs in a worker thread).
+
+        Example:
+            >>> scores = await rm.ascore_pairs([(a, b, "a fox")])   # doctest: +SKIP
+        """
+        ascore_batch = getattr(self.backend, "ascore_batch", None)
+        if ascore_batch is None:
+            return await asyncio.to_thread(
+                self.score_pairs, pairs, template=template, symmetric=symmetric
+            )
+        table, requests = self._pair_requests(pairs, template)
+        symmetric = self.symmetric if symmetric is None else symmetric
+        ordered = requests + [(b, a, text) for a, b, text in requests] if symmetric else requests
+        scores = np.asarray(await ascore_batch(table.images, ordered), dtype=np.float64)
+        if symmetric:
+            scores = (scores[: len(requests)] + scores[len(requests) :]) / 2.0
+        return scores
+
+    def _pair_requests(
+        self, pairs: Sequence[tuple], template: str | Template | None
+    ) -> tuple[_ImageTable, list[tuple[int, int, str]]]:
         table = _ImageTable(self.backend.image_policy)
         requests = []
         for k, pair in enumerate(pairs):
@@ -196,7 +268,7 @@ class PacoReward:
                     self._instruction(prompt, template),
                 )
             )
-        return self._score(table, requests, symmetric)
+        return table, requests
 
     def score_set(
         self,
