@@ -110,7 +110,14 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # The child imports this very package, wherever it was imported from.
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = {
+            **os.environ,
+            "PYTHONPATH": path,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        }
         self.process = subprocess.Popen(self.command, env=env)
         wait_until_healthy(self.base_url, timeout, self.process)
         return self
