@@ -245,7 +245,7 @@ class RemoteBackend:
     def _data_url(self, image: Image.Image) -> str:
         buffer = io.BytesIO()
         if self.image_format == "png":
-            image.save(buffer, format="PNG")
+            image.save(buffer, format="PNG", compress_level=1)  # lossless; fast
         else:
             image.save(buffer, format="JPEG", quality=95)
         encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
