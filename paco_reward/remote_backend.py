@@ -37,7 +37,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import certifi
@@ -185,6 +185,7 @@ class RemoteBackend:
         self.requests_sent = 0
         self.retries_done = 0
         self._rng = random.Random(seed)
+        self._stats_lock = threading.Lock()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # One TLS context for every client: building one costs ~20 ms (certifi's bundle).
         self._ssl_context = ssl.create_default_context(cafile=certifi.where())
@@ -226,6 +227,10 @@ class RemoteBackend:
                 "the model you meant)."
             )
         return entries[self.model]
+
+    def _count(self, counter: str) -> None:
+        with self._stats_lock:
+            setattr(self, counter, getattr(self, counter) + 1)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -285,7 +290,7 @@ class RemoteBackend:
             ) from None
         score = yes_probability_from_logprobs(logprobs, canonical_yes_no=self.canonical_yes_no)
         if math.isnan(score):
-            self.missing_yes_no += 1
+            self._count("missing_yes_no")
             logger.warning(
                 "Pair %s: no yes/no token among the %d returned logprobs (%s); its score is NaN "
                 "(missing_yes_no=%d). Serve with logprob_token_ids support (paco-reward serve, "
@@ -335,7 +340,7 @@ class RemoteBackend:
 
     def _send_sync(self, method: str, path: str, payload: dict | None) -> dict:
         try:
-            self.requests_sent += 1
+            self._count("requests_sent")
             response = self._client.request(method, self.base_url + path, json=payload)
         except httpx.TransportError as err:
             raise _RetryableError(f"{type(err).__name__}: {err}") from None
@@ -363,7 +368,7 @@ class RemoteBackend:
                 if attempt == self.retries:
                     raise self._exhausted(what, err) from None
                 delay = self._delay(attempt, err.retry_after)
-                self.retries_done += 1
+                self._count("retries_done")
                 logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -374,7 +379,7 @@ class RemoteBackend:
         for attempt in range(self.retries + 1):
             try:
                 try:
-                    self.requests_sent += 1
+                    self._count("requests_sent")
                     response = await client.post(self.base_url + "/chat/completions", json=payload)
                 except httpx.TransportError as err:
                     raise _RetryableError(f"{type(err).__name__}: {err}") from None
@@ -383,7 +388,7 @@ class RemoteBackend:
                 if attempt == self.retries:
                     raise self._exhausted(what, err) from None
                 delay = self._delay(attempt, err.retry_after)
-                self.retries_done += 1
+                self._count("retries_done")
                 logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -391,17 +396,21 @@ class RemoteBackend:
     # ------------------------------------------------------------------ scoring
     def _plan(
         self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
-    ) -> tuple[np.ndarray, list[tuple[int, tuple, dict]]]:
-        """Scores found in the cache, and (position, cache key, payload) for the rest."""
+    ) -> tuple[np.ndarray, list[tuple[list[int], tuple, dict]]]:
+        """Scores found in the cache, and (positions, cache key, payload) for the rest; a pair
+        repeated within the call is requested once."""
         hashes: dict[int, str] = {}
         urls: dict[int, str] = {}
         scores = np.full(len(pairs), np.nan, dtype=np.float64)
-        todo: list[tuple[int, tuple, dict]] = []
+        todo: dict[tuple, tuple[list[int], tuple, dict]] = {}
         for position, (a, b, instruction) in enumerate(pairs):
             for index in (a, b):
                 if index not in hashes:
                     hashes[index] = image_hash(images[index])
             key = (hashes[a], hashes[b], instruction, self.model)
+            if key in todo:
+                todo[key][0].append(position)
+                continue
             cached = self.cache.get(key)
             if cached is not None:
                 scores[position] = cached
@@ -409,38 +418,42 @@ class RemoteBackend:
             for index in (a, b):
                 if index not in urls:
                     urls[index] = self._data_url(images[index])
-            todo.append((position, key, self._score_payload([urls[a], urls[b]], instruction)))
-        return scores, todo
+            todo[key] = ([position], key, self._score_payload([urls[a], urls[b]], instruction))
+        return scores, list(todo.values())
 
     def score_batch(
         self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
     ) -> np.ndarray:
-        """Scores of ``pairs`` (indices into ``images``), one request per uncached pair,
-        ``max_concurrency`` in flight. Raises :class:`RewardServerError` if any request
+        """Scores of ``pairs`` (indices into ``images``), one request per distinct uncached
+        pair, ``max_concurrency`` in flight. Raises :class:`RewardServerError` if any request
         fails for good; no partial result is returned."""
         scores, todo = self._plan(images, pairs)
         if not todo:
             return scores
 
-        def one(item: tuple[int, tuple, dict]) -> tuple[int, tuple, float]:
-            position, key, payload = item
+        def one(item: tuple[list[int], tuple, dict]) -> tuple[list[int], tuple, float]:
+            positions, key, payload = item
             body = self._with_retries_sync(
                 lambda: self._send_sync("POST", "/chat/completions", payload),
-                f"pair {position}",
+                f"pair {positions[0]}",
             )
-            return position, key, self._score_from_response(body, pairs[position])
+            return positions, key, self._score_from_response(body, pairs[positions[0]])
 
-        with ThreadPoolExecutor(min(self.max_concurrency, len(todo))) as pool:
-            for position, key, score in pool.map(one, todo):
-                scores[position] = score
+        pool = ThreadPoolExecutor(min(self.max_concurrency, len(todo)))
+        try:
+            for future in as_completed([pool.submit(one, item) for item in todo]):
+                positions, key, score = future.result()
+                scores[positions] = score
                 self.cache.put(key, score)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # on failure, queued pairs are dropped
         return scores
 
     async def ascore_batch(
         self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
     ) -> np.ndarray:
         """Async :meth:`score_batch` (one ``httpx.AsyncClient`` per call, so it works from
-        any event loop)."""
+        any event loop). On a failure the other requests are cancelled and the error raised."""
         scores, todo = self._plan(images, pairs)
         if not todo:
             return scores
@@ -450,13 +463,23 @@ class RemoteBackend:
             timeout=self.timeout, headers=self._headers, limits=limits, verify=self._ssl_context
         ) as client:
 
-            async def one(position: int, key: tuple, payload: dict) -> None:
+            async def one(positions: list[int], key: tuple, payload: dict) -> None:
                 async with semaphore:
-                    body = await self._with_retries_async(client, payload, f"pair {position}")
-                scores[position] = self._score_from_response(body, pairs[position])
-                self.cache.put(key, scores[position])
+                    body = await self._with_retries_async(client, payload, f"pair {positions[0]}")
+                score = self._score_from_response(body, pairs[positions[0]])
+                scores[positions] = score
+                self.cache.put(key, score)
 
-            await asyncio.gather(*(one(*item) for item in todo))
+            tasks = [asyncio.ensure_future(one(*item)) for item in todo]
+            try:
+                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
         return scores
 
     def generate(

@@ -9,7 +9,8 @@ Routes:
 * ``POST /v1/chat/completions``: OpenAI schema for one pair (one user message: two
   ``image_url`` parts, then the instruction). ``max_tokens=1`` with ``logprobs``/
   ``top_logprobs`` (and the vLLM extension ``logprob_token_ids``) is micro-batched; longer
-  ``max_tokens`` generate greedily;
+  ``max_tokens`` generate greedily (``temperature`` and other sampling fields are ignored:
+  a judgement is deterministic);
 * ``POST /v1/score``: ``{"model", "images": [data URLs], "pairs": [[i, j, prompt], ...],
   "template", "symmetric"}`` → ``{"scores", "model", "template", ...}``.
 
@@ -323,6 +324,8 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
 
             def entry(token_id: int, logprob: float) -> dict:
                 text = text_of(token_id)
+                # JSON has no -inf; -9999.0 is what vLLM sends for an impossible token.
+                logprob = max(logprob, -9999.0)
                 return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
             logprobs = {

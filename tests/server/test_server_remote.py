@@ -108,6 +108,9 @@ def test_cache_hits_misses_and_lru_eviction(live_server, tiny_reward, random_ima
     no_cache.score(a, b, "x")
     no_cache.score(a, b, "x")
     assert no_cache.backend.cache_info()["size"] == 0 and no_cache.backend.requests_sent == 3
+    # a pair repeated within one call is requested once
+    repeated = no_cache.score_pairs([(a, c, "x"), (b, c, "x"), (a, c, "x")])
+    assert no_cache.backend.requests_sent == 5 and repeated[0] == repeated[2]
 
 
 def test_top_k_without_yes_no_is_nan_with_warning(live_server, tiny_reward, random_images, caplog):
