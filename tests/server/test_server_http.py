@@ -18,7 +18,9 @@ from paco_reward.images import load_image, resize_for_model
 from paco_reward.server import ServerConfig, ServerThread, create_app
 from paco_reward.templates import build_messages, render_instruction
 from paco_reward.yes_no import YesNoTokens, yes_probability_from_logprobs
-from tests.server.conftest import MODEL_NAME
+
+MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conftest.py)
+
 
 TOL = 1e-4
 

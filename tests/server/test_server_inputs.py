@@ -22,7 +22,8 @@ from paco_reward.server.decode import (
     jpeg_dimensions,
     png_dimensions,
 )
-from tests.server.conftest import MODEL_NAME
+
+MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conftest.py)
 
 
 def encode(image: Image.Image, fmt: str = "PNG") -> bytes:

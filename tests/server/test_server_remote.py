@@ -19,7 +19,9 @@ from paco_reward import PacoReward, RewardServerError
 from paco_reward.images import resize_for_model
 from paco_reward.server import ServerThread, free_port
 from paco_reward.yes_no import yes_probability_from_logprobs
-from tests.server.conftest import MODEL_NAME
+
+MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conftest.py)
+
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05, "seed": 0}
 
