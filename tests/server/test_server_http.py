@@ -197,7 +197,7 @@ def test_wrong_model_name_fails_fast_and_clearly(live_server):
         RewardServerError, match=r"does not serve model 'PaCo-Reward-7b'.*tiny-paco"
     ):
         PacoReward.from_server(live_server.base_url, "PaCo-Reward-7b", retries=5)
-    assert time.perf_counter() - start < 2.0  # no retrying a permanent error
+    assert time.perf_counter() - start < 5.0  # no retrying a permanent error
     client = openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
