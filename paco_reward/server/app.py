@@ -213,6 +213,15 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
             raise RequestError(f"'{name}' must be an integer in [{low}, {high}]; got {value!r}.")
         return value
 
+    def check_instruction(text: str, where: str) -> None:
+        if len(text) > config.max_instruction_chars:
+            raise RequestError(
+                f"{where} is {len(text)} characters, above the server's limit of "
+                f"{config.max_instruction_chars}.",
+                status=413,
+                code="instruction_too_long",
+            )
+
     def parse_chat(body: dict) -> tuple[list, str]:
         messages = body.get("messages")
         if (
@@ -248,7 +257,9 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
             )
         if not texts or not "".join(texts).strip():
             raise RequestError("the user message needs the instruction text after the images.")
-        return urls, "\n".join(texts)
+        instruction = "\n".join(texts)
+        check_instruction(instruction, "messages[0] text")
+        return urls, instruction
 
     # ------------------------------------------------------------------ routes
     @app.get("/health")
@@ -393,7 +404,9 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
                     f"'images' (0..{len(urls) - 1}); got {str(pair)[:80]!r}."
                 )
             prompt = pair[2] if len(pair) == 3 else None
-            pairs.append((pair[0], pair[1], render_instruction(template, prompt)))
+            instruction = render_instruction(template, prompt)
+            check_instruction(instruction, f"pairs[{k}] instruction")
+            pairs.append((pair[0], pair[1], instruction))
         images = await run_in_threadpool(decode_images, urls, "images")
         requests = pairs + [(b, a, t) for a, b, t in pairs] if symmetric else pairs
         scores = await batcher.score(images, requests)

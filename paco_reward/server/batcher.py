@@ -212,13 +212,7 @@ class MicroBatcher:
                 if not group:
                     continue
                 started = time.perf_counter()
-                try:
-                    results = await loop.run_in_executor(
-                        self._executor, self._run_group, kind, group
-                    )
-                except Exception as err:  # noqa: BLE001 - every waiting request gets the error
-                    logger.exception("model call failed for a batch of %d jobs", len(group))
-                    results = [err] * len(group)
+                results = await self._run_isolating_failures(loop, kind, group)
                 self.stats.busy_seconds += time.perf_counter() - started
                 for job, result in zip(group, results):
                     if job.future.done():
@@ -229,6 +223,23 @@ class MicroBatcher:
                         job.future.set_result(result)
             for job in jobs:
                 self._queued_pairs -= len(job.pairs)
+
+    async def _run_isolating_failures(self, loop, kind: str, group: list[_Job]) -> list[Any]:
+        """Run a merged batch; if it fails, run its jobs one by one so that one bad request
+        fails alone instead of failing every request that shared its batch."""
+        try:
+            return await loop.run_in_executor(self._executor, self._run_group, kind, group)
+        except Exception as err:  # noqa: BLE001 - handed to the waiting requests
+            if len(group) == 1:
+                logger.exception("model call failed for one request")
+                return [err]
+            logger.warning(
+                "batch of %d requests failed (%r); retrying them one by one", len(group), err
+            )
+        results: list[Any] = []
+        for job in group:
+            results += await self._run_isolating_failures(loop, kind, [job])
+        return results
 
     def _run_group(self, kind: str, jobs: list[_Job]) -> list[Any]:
         """Merge the jobs' images and pairs, run one model call, split the results."""

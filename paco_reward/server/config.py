@@ -43,6 +43,9 @@ class ServerConfig:
     )
     max_images: int = field(default=64, metadata={"help": "most images in one /v1/score request"})
     max_pairs: int = field(default=256, metadata={"help": "most pairs in one /v1/score request"})
+    max_instruction_chars: int = field(
+        default=16384, metadata={"help": "longest instruction text (characters) accepted"}
+    )
     max_new_tokens: int = field(
         default=1024, metadata={"help": "largest max_tokens a chat request may ask for"}
     )
@@ -63,6 +66,7 @@ class ServerConfig:
             "max_image_pixels",
             "max_images",
             "max_pairs",
+            "max_instruction_chars",
             "max_new_tokens",
         ):
             if getattr(self, name) < 1:

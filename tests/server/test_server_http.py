@@ -216,3 +216,12 @@ def test_api_key_is_required_when_set(tiny_reward, random_images):
         rm = PacoReward.from_server(server.base_url, "keyed", api_key="s3cret")
         a, b = random_images(2, seed=6)
         assert rm.score(a, b, "x") == pytest.approx(tiny_reward.score(a, b, "x"), abs=TOL)
+
+
+def test_ascore_pairs_in_process_runs_in_a_thread(tiny_reward, random_images):
+    a, b, c = random_images(3, seed=9)
+    pairs = [(a, b, "x"), (b, c, "y")]
+    np.testing.assert_array_equal(
+        asyncio.run(tiny_reward.ascore_pairs(pairs, symmetric=True)),
+        tiny_reward.score_pairs(pairs, symmetric=True),
+    )

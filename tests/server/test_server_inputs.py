@@ -71,7 +71,12 @@ def chat_body(urls: list[str], text: str = "Do they match?", **extra) -> dict:
 @pytest.fixture(scope="module")
 def strict_server(tiny_reward):
     config = ServerConfig(
-        MODEL_NAME, max_body_bytes=200_000, max_image_pixels=64 * 64, max_images=4, max_pairs=3
+        MODEL_NAME,
+        max_body_bytes=200_000,
+        max_image_pixels=64 * 64,
+        max_images=4,
+        max_pairs=3,
+        max_instruction_chars=500,
     )
     with ServerThread(create_app(tiny_reward.backend, config)) as server:
         yield server
@@ -133,6 +138,12 @@ CHAT_CASES = [
         chat_body([GOOD, url_of(encode(Image.new("RGB", (100, 100))))]),
         413,
         "above the server's limit of 4096",
+    ),
+    (
+        "long text",
+        chat_body([GOOD, GOOD2], text="x" * 501),
+        413,
+        "501 characters, above the server's limit of 500",
     ),
     ("stream", chat_body([GOOD, GOOD2], stream=True), 400, "streaming is not supported"),
     ("n=2", chat_body([GOOD, GOOD2], n=2), 400, "only n=1"),
