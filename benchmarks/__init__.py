@@ -1,0 +1,1 @@
+"""Benchmarks: human alignment (ConsistencyRank, EditReward-Bench) and speed. Run as ``python -m benchmarks.<name>``."""
