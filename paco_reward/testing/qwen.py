@@ -259,7 +259,11 @@ QWEN_7B_SHAPE: dict[str, Any] = {
         "num_hidden_layers": 28,
         "num_attention_heads": 28,
         "num_key_value_heads": 4,
-        "rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1000000.0},
+        "rope_parameters": {
+            "rope_type": "default",
+            "mrope_section": [16, 24, 24],
+            "rope_theta": 1000000.0,
+        },
     },
     "vision_config": {
         "depth": 32,
