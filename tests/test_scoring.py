@@ -221,7 +221,23 @@ def test_explain_returns_the_same_score_and_greedy_text(tiny_reward, random_imag
         judgement.text
         and judgement.text == tiny_reward.explain(a, b, "fox", max_new_tokens=12).text
     )
-    assert judgement.answer == judgement.text.strip().split(" ")[0].strip(".,:;!")
+    assert judgement.answer and judgement.answer in judgement.text
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "reasons"),
+    [
+        ("Yes. Both show the same fox.", "Yes", "Both show the same fox."),
+        (" No,\nthe fur differs", "No", "the fur differs"),
+        ('"Yes" - same style', "Yes", "- same style"),
+        ("No", "No", ""),
+        ("", "", ""),
+    ],
+)
+def test_split_answer(text, answer, reasons):
+    from paco_reward.reward import split_answer
+
+    assert split_answer(text) == (answer, reasons)
 
 
 def test_score_edit_combines_consistency_and_following(tiny_reward, random_images):
