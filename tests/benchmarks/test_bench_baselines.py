@@ -61,8 +61,9 @@ def test_clip_scorer_on_tiny_clip(tiny_clip_dir, tmp_path):
 
 
 def test_tiny_clip_is_seeded_and_has_a_trained_tokenizer(tiny_clip_dir, tmp_path):
-    from paco_reward.testing.clip import build_tiny_clip
     from transformers import CLIPTokenizer
+
+    from paco_reward.testing.clip import build_tiny_clip
 
     tokenizer = CLIPTokenizer.from_pretrained(tiny_clip_dir)
     tokens = tokenizer.convert_ids_to_tokens(tokenizer("A red circle")["input_ids"])
