@@ -133,7 +133,6 @@ def test_nan_scores_are_recorded_and_skipped(dataset, tmp_path):
     assert first["scores"] == [None] * 4 and first["metrics"] is None
 
 
-@pytest.mark.slow
 def test_cli_with_tiny_paco_clip_and_pixel(
     dataset, tmp_path, tiny_model_dir, tiny_reward, tiny_clip_dir, scipy_metrics, capsys
 ):

@@ -112,7 +112,6 @@ def test_parquet_layout_gives_the_same_numbers(edit_set, tmp_path):
     assert a == b
 
 
-@pytest.mark.slow
 def test_cli_with_tiny_paco_and_clip(
     edit_set, tmp_path, tiny_model_dir, tiny_reward, tiny_clip_dir, capsys
 ):
