@@ -165,6 +165,26 @@ def slug(name: str) -> str:
     return out or "scorer"
 
 
+def check_run_config(method_dir: Path, named: NamedScorer) -> None:
+    """Record what produced the resumable results in ``method_dir`` (``run.json``), and
+    refuse to resume results made by a different scorer spec or template.
+
+    Raises:
+        BenchmarkDataError: ``method_dir`` holds results of another configuration.
+    """
+    config = {"spec": named.spec, "template": getattr(named.scorer, "template", None)}
+    path = Path(method_dir) / "run.json"
+    if path.exists():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        if previous != config:
+            raise BenchmarkDataError(
+                f"{method_dir} holds results of {previous}, not {config}; resuming would mix "
+                "them. Use another --output-dir, another NAME=, or delete that folder."
+            )
+        return
+    write_json_atomic(path, config)
+
+
 # ---------------------------------------------------------------------- JSONL
 def append_jsonl(path: Path, record: dict) -> None:
     """Append one JSON line atomically: the whole line goes out in a single ``write`` on an

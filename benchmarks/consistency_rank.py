@@ -45,6 +45,7 @@ from benchmarks.common import (
     append_jsonl,
     bar_chart,
     build_scorer,
+    check_run_config,
     format_table,
     read_jsonl,
     slug,
@@ -356,6 +357,7 @@ def run_benchmark(
         raise ValueError(f"Scorer names must be unique; got {names}. Use NAME=SPEC to rename.")
     results: dict[str, dict] = {}
     for named in scorers:
+        check_run_config(output_dir / slug(named.name), named)
         records = evaluate_scorer(
             items,
             named.scorer,

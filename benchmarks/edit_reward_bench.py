@@ -49,6 +49,7 @@ from benchmarks.common import (
     append_jsonl,
     bar_chart,
     build_scorer,
+    check_run_config,
     format_table,
     read_jsonl,
     slug,
@@ -262,6 +263,7 @@ def evaluate_scorer(
 ) -> dict:
     """Score, write ``<method>/results.jsonl`` and return the method's summary."""
     method_dir = output_dir / slug(named.name)
+    check_run_config(method_dir, named)
     scores = score_outputs(
         ds,
         rows,

@@ -197,6 +197,16 @@ def test_invalid_data_is_reported(dataset, tmp_path, capsys):
         cr.run_benchmark(dataset["data_dir"], [], tmp_path, ties="middle")
 
 
+def test_resume_refuses_results_of_another_scorer(dataset, tmp_path):
+    out = tmp_path / "out"
+    cr.run_benchmark(
+        dataset["data_dir"], [NamedScorer("m", PixelScorer(), "pixel")], out, progress=False
+    )
+    other = NamedScorer("m", PixelScorer(16), "pixel:16")
+    with pytest.raises(BenchmarkDataError, match="resuming would mix"):
+        cr.run_benchmark(dataset["data_dir"], [other], out, progress=False)
+
+
 def test_duplicate_scorer_names_are_rejected(dataset, tmp_path):
     scorers = [NamedScorer("x", PixelScorer(), "pixel"), NamedScorer("x", PixelScorer(), "pixel")]
     with pytest.raises(ValueError, match="names must be unique"):
