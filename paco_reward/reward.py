@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
@@ -27,6 +28,21 @@ from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
 
 logger = logging.getLogger(__name__)
+
+
+_ANSWER = re.compile(r"^\W*(\w+)[\s.,:;!\"'*]*(.*)$", re.DOTALL)
+
+
+def split_answer(text: str) -> tuple[str, str]:
+    """Split a generated judgement into its decision word and the reasons after it.
+
+    >>> split_answer("Yes. Both panels show the same fox.")
+    ('Yes', 'Both panels show the same fox.')
+    """
+    match = _ANSWER.match(text.strip())
+    if match is None:
+        return "", text.strip()
+    return match.group(1), match.group(2).strip()
 
 
 class ScoringBackend(Protocol):
@@ -358,10 +374,8 @@ class PacoReward:
             max_new_tokens=max_new_tokens,
             **generate_kwargs,
         )
-        answer, _, reasons = text.strip().partition(" ")
-        return Judgement(
-            score=score, answer=answer.strip(".,:;!"), reasons=reasons.strip(), text=text
-        )
+        answer, reasons = split_answer(text)
+        return Judgement(score=score, answer=answer, reasons=reasons, text=text)
 
     def score_edit(self, source: ImageInput, edited: ImageInput, instruction: str) -> EditScore:
         """Editing reward: consistency (SC) and prompt following (PF) of ``edited`` with
