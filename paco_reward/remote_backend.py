@@ -233,8 +233,22 @@ class RemoteBackend:
             setattr(self, counter, getattr(self, counter) + 1)
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Close the HTTP connection pool (also done when the backend is garbage-collected)."""
         self._client.close()
+
+    def __enter__(self) -> RemoteBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
 
     def cache_info(self) -> dict[str, int]:
         """Cache and failure counters: hits, misses, size, max_size, missing_yes_no."""
