@@ -295,10 +295,12 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
         body = await read_json(request)
         if body.get("stream"):
             raise RequestError("streaming is not supported; send stream=false.")
-        if body.get("n", 1) != 1:
+        if (body.get("n") or 1) != 1:
             raise RequestError(f"only n=1 is supported; got n={body.get('n')!r}.")
         max_key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        max_tokens = int_field(body, max_key, 256, 1, config.max_new_tokens)
+        max_tokens = int_field(
+            body, max_key, min(256, config.max_new_tokens), 1, config.max_new_tokens
+        )
         top_k = int_field(body, "top_logprobs", 0, 0, config.max_top_logprobs)
         want_logprobs = bool(body.get("logprobs", False))
         token_ids = body.get("logprob_token_ids") or []
@@ -320,7 +322,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
         if want_logprobs or max_tokens == 1:
             (first,) = await batcher.first_token(images, pair, top_k=top_k, token_ids=token_ids)
         if max_tokens == 1:
-            content = text_of(first.greedy_id)
+            content = tokenizer.decode([first.greedy_id], skip_special_tokens=True)
             eos = backend.model.generation_config.eos_token_id
             eos = set(eos if isinstance(eos, list) else [eos])
             finish = "stop" if first.greedy_id in eos else "length"

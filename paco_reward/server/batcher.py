@@ -171,8 +171,8 @@ class MicroBatcher:
 
     # ------------------------------------------------------------------ internals
     async def _submit(self, kind: str, images, pairs, options=None):
-        if self._queue is None:
-            raise RuntimeError("MicroBatcher.start() was not awaited (server not started).")
+        if self._queue is None or self._worker is None or self._worker.done():
+            raise RuntimeError("the micro-batcher is not running (server starting or stopping).")
         if self._queued_pairs + len(pairs) > self.max_queue:
             raise ServerOverloadedError(
                 f"{self._queued_pairs} pairs are waiting (limit {self.max_queue}); retry later."
