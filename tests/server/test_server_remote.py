@@ -218,3 +218,15 @@ def test_async_path_retries_too():
         scores = asyncio.run(rm.ascore_pairs([(_img(0), _img(1), "x"), (_img(2), _img(3), "y")]))
         assert np.all(scores == pytest.approx(yes_probability_from_logprobs(YES_NO)))
         assert rm.backend.retries_done == 1
+
+
+def test_yes_no_ids_from_a_tokenizer_folder(
+    live_server, tiny_model_dir, tiny_reward, random_images
+):
+    """For vLLM (which does not advertise ids) the client resolves them from the tokenizer."""
+    rm = PacoReward.from_server(live_server.base_url, MODEL_NAME, tokenizer=tiny_model_dir)
+    advertised = PacoReward.from_server(live_server.base_url, MODEL_NAME)
+    assert rm.backend.yes_no_token_ids == advertised.backend.yes_no_token_ids
+    assert len(rm.backend.yes_no_token_ids) == 12  # Yes/yes/YES/No/no/NO, with and without space
+    a, b = random_images(2, seed=10)
+    assert rm.score(a, b, "x") == pytest.approx(tiny_reward.score(a, b, "x"), abs=1e-4)
