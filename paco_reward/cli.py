@@ -12,6 +12,7 @@ import logging
 
 COMMAND_MODULES = [
     "paco_reward.commands.score",
+    "paco_reward.server.cli",
 ]
 
 

@@ -191,20 +191,33 @@ class PacoReward:
     def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
         return render_instruction(template if template is not None else self.template, prompt)
 
+    def _ordered_requests(
+        self, pairs: Sequence[tuple[int, int, str]], symmetric: bool | None
+    ) -> tuple[list[tuple[int, int, str]], bool]:
+        """The requests to send: the pairs, then (when symmetric) the same pairs reversed."""
+        symmetric = self.symmetric if symmetric is None else symmetric
+        requests = list(pairs)
+        if symmetric:
+            requests += [(b, a, text) for a, b, text in pairs]
+        return requests, symmetric
+
+    @staticmethod
+    def _merge_orders(scores, num_pairs: int, symmetric: bool) -> np.ndarray:
+        """Average the two orders of each pair when scored symmetrically."""
+        scores = np.asarray(scores, dtype=np.float64)
+        if symmetric:
+            scores = (scores[:num_pairs] + scores[num_pairs:]) / 2.0
+        return scores
+
     def _score(
         self,
         table: _ImageTable,
         pairs: Sequence[tuple[int, int, str]],
         symmetric: bool | None,
     ) -> np.ndarray:
-        symmetric = self.symmetric if symmetric is None else symmetric
-        requests = list(pairs)
-        if symmetric:
-            requests += [(b, a, text) for a, b, text in pairs]
-        scores = np.asarray(self.backend.score_batch(table.images, requests), dtype=np.float64)
-        if symmetric:
-            scores = (scores[: len(pairs)] + scores[len(pairs) :]) / 2.0
-        return scores
+        requests, symmetric = self._ordered_requests(pairs, symmetric)
+        scores = self.backend.score_batch(table.images, requests)
+        return self._merge_orders(scores, len(pairs), symmetric)
 
     # ------------------------------------------------------------------ public API
     def score(
@@ -258,13 +271,10 @@ class PacoReward:
             return await asyncio.to_thread(
                 self.score_pairs, pairs, template=template, symmetric=symmetric
             )
-        table, requests = self._pair_requests(pairs, template)
-        symmetric = self.symmetric if symmetric is None else symmetric
-        ordered = requests + [(b, a, text) for a, b, text in requests] if symmetric else requests
-        scores = np.asarray(await ascore_batch(table.images, ordered), dtype=np.float64)
-        if symmetric:
-            scores = (scores[: len(requests)] + scores[len(requests) :]) / 2.0
-        return scores
+        table, pairs_requested = self._pair_requests(pairs, template)
+        requests, symmetric = self._ordered_requests(pairs_requested, symmetric)
+        scores = await ascore_batch(table.images, requests)
+        return self._merge_orders(scores, len(pairs_requested), symmetric)
 
     def _pair_requests(
         self, pairs: Sequence[tuple], template: str | Template | None
