@@ -18,12 +18,21 @@ import re
 
 from PIL import Image
 
-from paco_reward.errors import LayoutError
+from paco_reward.errors import LayoutError, PromptError
 
 # "2x2", "2 x 3", "1×5", "2 ⨉ 3", "2*2", "2X2"
 _LAYOUT = re.compile(r"(?<!\d)(\d{1,2})\s*[xX×⨉✕*]\s*(\d{1,2})(?!\d)")
-# "[TOP]-[LEFT]:", "[TOP-LEFT]:", "[LEFT]:", "[PANEL 3]:", "[1]:"
-_PANEL_MARKER = re.compile(r"\[[A-Z0-9][A-Z0-9 _-]*\](?:\s*-\s*\[[A-Z0-9][A-Z0-9 _-]*\])*\s*:")
+# "[TOP]-[LEFT]:", "[TOP-LEFT]:", "[LEFT]:", "[MIDDLE]:", "[PANEL 3]:", "[1]:", "[Top]-[Right]:"
+_PANEL_MARKER = re.compile(
+    r"\[[A-Za-z0-9][A-Za-z0-9 _-]*\](?:\s*-\s*\[[A-Za-z0-9][A-Za-z0-9 _-]*\])*\s*:"
+)
+
+_NUMBER_WORDS = {
+    1: "ONE", 2: "TWO", 3: "THREE", 4: "FOUR", 5: "FIVE", 6: "SIX", 7: "SEVEN", 8: "EIGHT",
+    9: "NINE", 10: "TEN", 11: "ELEVEN", 12: "TWELVE",
+}  # fmt: skip
+_SIDE_NAMES = {1: [], 2: ["LEFT", "RIGHT"], 3: ["LEFT", "MIDDLE", "RIGHT"]}
+_ROW_NAMES = {1: [], 2: ["TOP", "BOTTOM"], 3: ["TOP", "MIDDLE", "BOTTOM"]}
 
 
 def parse_layout(text: str | tuple[int, int]) -> tuple[int, int]:
@@ -73,13 +82,76 @@ def split_grid(image: Image.Image, rows: int, cols: int, name: str = "grid") -> 
     ]
 
 
-def split_panel_prompts(prompt: str) -> tuple[str, list[str]]:
+def split_panel_prompts(prompt: str, expected: int | None = None) -> tuple[str, list[str]]:
     """Split a T2IS grid prompt into (global description, [panel descriptions]).
 
     The global description is the text before the first panel marker; without markers
-    the whole prompt is global and the panel list is empty.
+    the whole prompt is global and the panel list is empty. Panels come in the order they
+    are written, which T2IS writes row-major.
+
+    Args:
+        prompt: the full grid prompt.
+        expected: if given (``rows * cols``), the number of panel descriptions required.
+
+    Raises:
+        PromptError: if ``prompt`` is not a string, or ``expected`` is given and the prompt
+            has a different number of panel descriptions.
+
+    Example:
+        >>> split_panel_prompts("Two cats. [TOP]-[LEFT]:a. [TOP]-[RIGHT]:b.", expected=2)[1]
+        ['a.', 'b.']
     """
+    if not isinstance(prompt, str):
+        raise PromptError(f"grid prompt must be a string; got {type(prompt).__name__}.")
     pieces = _PANEL_MARKER.split(prompt)
     global_description = pieces[0].strip()
     panels = [p.strip() for p in pieces[1:]]
+    if expected is not None and len(panels) != expected:
+        raise PromptError(
+            f"Expected {expected} panel descriptions (one per grid cell) but found "
+            f"{len(panels)} in {prompt[:120]!r}; mark each panel with e.g. '[TOP]-[LEFT]:'."
+        )
     return global_description, panels
+
+
+def panel_markers(rows: int, cols: int) -> list[str]:
+    """The T2IS panel markers of a layout, row-major (``[TOP]-[LEFT]:`` ... ).
+
+    Rows and columns of up to 3 are named (TOP/MIDDLE/BOTTOM, LEFT/MIDDLE/RIGHT); longer
+    sides are numbered (``[PANEL-4]:``).
+
+    >>> panel_markers(1, 3)
+    ['[LEFT]:', '[MIDDLE]:', '[RIGHT]:']
+    >>> panel_markers(2, 2)[1]
+    '[TOP]-[RIGHT]:'
+    """
+    rows, cols = parse_layout((rows, cols))
+    if rows > 3 or cols > 3:
+        return [f"[PANEL-{k + 1}]:" for k in range(rows * cols)]
+    markers = []
+    for r in range(rows):
+        for c in range(cols):
+            names = [n for n in (_ROW_NAMES[rows][r : r + 1] + _SIDE_NAMES[cols][c : c + 1])]
+            markers.append("-".join(f"[{n}]" for n in names) + ":" if names else "[PANEL-1]:")
+    return markers
+
+
+def format_grid_prompt(global_description: str, panels: list[str], rows: int, cols: int) -> str:
+    """Write a T2IS-style grid prompt (the inverse of :func:`split_panel_prompts`).
+
+    Raises:
+        PromptError: if the number of panel descriptions is not ``rows * cols``.
+
+    Example:
+        >>> format_grid_prompt("A fox.", ["runs.", "sleeps."], 1, 2)
+        'TWO-PANEL Images with a 1x2 grid layout A fox. [LEFT]:runs. [RIGHT]:sleeps.'
+    """
+    rows, cols = parse_layout((rows, cols))
+    if len(panels) != rows * cols:
+        raise PromptError(
+            f"A {rows}x{cols} grid needs {rows * cols} panel descriptions; got {len(panels)}."
+        )
+    count = _NUMBER_WORDS.get(rows * cols, str(rows * cols))
+    header = f"{count}-PANEL Images with a {rows}x{cols} grid layout"
+    body = " ".join(f"{m}{p}" for m, p in zip(panel_markers(rows, cols), panels))
+    return f"{header} {global_description.strip()} {body}"

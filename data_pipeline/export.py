@@ -1,0 +1,360 @@
+"""Stage 7: export the pairs for training and the held-out ranking benchmark.
+
+Outputs under ``out_dir``:
+
+- ``hf/``: a ``datasets.DatasetDict`` (``train``/``test``, split by prompt; a split
+  with no rows, e.g. ``test_fraction=0``, is left out) with the
+  columns of the pair schema (images embedded; ``messages`` rendered by
+  :func:`paco_reward.templates.build_messages`, answer word first, then reasons);
+- ``parquet/<split>.parquet``: the same rows as parquet;
+- ``llamafactory/``: sharegpt JSON per split + ``dataset_info.json`` + ``images/``;
+- ``consistency_rank/``: the ConsistencyRank layout of the test prompts' instances
+  (``images/<folder>/<gen>_<pos>.png``, ``prompt_data.jsonl``,
+  ``consistency_full_rank.jsonl`` with ``folder``, ``ref_image``, ``comp_images``,
+  ``rank_images``).
+
+    >>> split_prompts(["a", "b", "c", "d"], test_fraction=0.25, seed=0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_pipeline.instances import read_instances
+from data_pipeline.pairs import read_pairs
+from data_pipeline.prompts import read_prompts
+from data_pipeline.rankings import read_merged
+from data_pipeline.reasons import read_reasons
+from data_pipeline.storage import (
+    DataPipelineError,
+    copy_atomic,
+    stable_id,
+    write_json,
+    write_jsonl,
+)
+from paco_reward.templates import build_messages, format_answer, render_instruction
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = [
+    "pair_id",
+    "prompt_id",
+    "image_a",
+    "image_b",
+    "template",
+    "prompt",
+    "label",
+    "reasons",
+    "messages",
+    "category",
+    "source",
+]
+
+
+@dataclass
+class ExportConfig:
+    """How pairs are split and exported."""
+
+    test_fraction: float = field(
+        default=0.1,
+        metadata={"help": "Fraction of prompts (not pairs) held out as the test split."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the prompt split."})
+    require_reasons: bool = field(
+        default=True,
+        metadata={"help": "Fail if a pair has no reason; if False such pairs are skipped."},
+    )
+    llamafactory: bool = field(
+        default=True, metadata={"help": "Also write LLaMA-Factory sharegpt JSON."}
+    )
+    consistency_rank: bool = field(
+        default=True,
+        metadata={"help": "Also write the ConsistencyRank benchmark layout of the test prompts."},
+    )
+    rank_skip_ties: bool = field(
+        default=True,
+        metadata={
+            "help": "ConsistencyRank needs a full order: skip instances whose merged ranking "
+            "has ties (if False, ties are broken by candidate index)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction must be in [0, 1); got {self.test_fraction}.")
+
+
+def split_prompts(prompt_ids: list[str], test_fraction: float, seed: int = 0) -> set[str]:
+    """The held-out prompt ids: the ``ceil(fraction * n)`` prompts with the smallest seeded
+    hash (stable when prompts are added), at least one and never all when ``n >= 2``."""
+    ids = sorted(set(prompt_ids), key=lambda p: stable_id(seed, p))
+    if test_fraction <= 0 or len(ids) < 2:
+        return set()
+    k = min(len(ids) - 1, max(1, math.ceil(test_fraction * len(ids))))
+    return set(ids[:k])
+
+
+def pair_messages(template: str, prompt: str, label: int, reasons: str) -> list[dict]:
+    """The training messages of a pair, exactly as the schema requires."""
+    return build_messages(
+        render_instruction(template, prompt or None), answer=format_answer(bool(label), reasons)
+    )
+
+
+def _resolve(path: str, work_dir: Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else work_dir / p
+
+
+def build_rows(work_dir: Path, config: ExportConfig) -> list[dict]:
+    pairs = read_pairs(work_dir)
+    reasons = read_reasons(work_dir)
+    rows, missing = [], []
+    for pair in pairs:
+        stored = reasons.get(pair["pair_id"])
+        if stored is None or int(stored["label"]) != int(pair["label"]):
+            missing.append(pair["pair_id"])
+            continue
+        rows.append(
+            {
+                "pair_id": pair["pair_id"],
+                "prompt_id": pair["prompt_id"],
+                "image_a": str(_resolve(pair["image_a"], work_dir)),
+                "image_b": str(_resolve(pair["image_b"], work_dir)),
+                "template": pair["template"],
+                "prompt": pair["prompt"],
+                "label": int(pair["label"]),
+                "reasons": stored["reasons"],
+                "messages": pair_messages(
+                    pair["template"], pair["prompt"], pair["label"], stored["reasons"]
+                ),
+                "category": pair["category"],
+                "source": pair["source"],
+            }
+        )
+    if missing and config.require_reasons:
+        raise DataPipelineError(
+            f"{len(missing)} of {len(pairs)} pairs have no reason (e.g. {missing[:3]}); run "
+            "`paco-data reasons` again, or export with require_reasons=False to skip them."
+        )
+    if missing:
+        logger.warning("export: skipping %d pairs without a reason", len(missing))
+    return rows
+
+
+def features():
+    """The ``datasets.Features`` of the pair schema."""
+    from datasets import Features, Image, List, Value
+
+    part = {"type": Value("string"), "text": Value("string")}
+    return Features(
+        {
+            "pair_id": Value("string"),
+            "prompt_id": Value("string"),
+            "image_a": Image(),
+            "image_b": Image(),
+            "template": Value("string"),
+            "prompt": Value("string"),
+            "label": Value("int32"),
+            "reasons": Value("string"),
+            "messages": List({"role": Value("string"), "content": List(part)}),
+            "category": Value("string"),
+            "source": Value("string"),
+        }
+    )
+
+
+def _hf_row(r: dict) -> dict:
+    out = {c: r[c] for c in COLUMNS}
+    for key in ("image_a", "image_b"):
+        out[key] = {"bytes": Path(r[key]).read_bytes(), "path": None}
+    out["messages"] = [
+        {
+            "role": m["role"],
+            "content": [{"type": p["type"], "text": p.get("text")} for p in m["content"]],
+        }
+        for m in r["messages"]
+    ]
+    return out
+
+
+def _generate_rows(rows: list[dict]):
+    for r in rows:
+        yield _hf_row(r)
+
+
+def export_hf(splits: dict[str, list[dict]], out_dir: Path):
+    """Write ``hf/`` (``save_to_disk``) and ``parquet/<split>.parquet``; return the DatasetDict.
+
+    Rows are streamed into Arrow (``Dataset.from_generator``) so memory stays flat at any
+    dataset size; the generator cache lives in a temporary folder that is removed, so a
+    re-export always reads the current image files.
+    """
+    import tempfile
+
+    from datasets import Dataset, DatasetDict
+
+    cache = Path(tempfile.mkdtemp(dir=out_dir, prefix=".hf-cache-"))
+    try:
+        dataset = DatasetDict(
+            {
+                name: Dataset.from_generator(
+                    _generate_rows,
+                    features=features(),
+                    gen_kwargs={"rows": rows},
+                    cache_dir=str(cache),
+                    keep_in_memory=False,
+                )
+                for name, rows in splits.items()
+                if rows  # an empty split cannot be saved and loaded back
+            }
+        )
+        tmp = out_dir / "hf.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        dataset.save_to_disk(str(tmp))
+        shutil.rmtree(out_dir / "hf", ignore_errors=True)
+        tmp.rename(out_dir / "hf")
+        dataset = DatasetDict.load_from_disk(str(out_dir / "hf"))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    (out_dir / "parquet").mkdir(parents=True, exist_ok=True)
+    for name, ds in dataset.items():
+        target = out_dir / "parquet" / f"{name}.parquet"
+        ds.to_parquet(str(target.with_suffix(".parquet.tmp")))
+        target.with_suffix(".parquet.tmp").replace(target)
+    return dataset
+
+
+def export_llamafactory(splits: dict[str, list[dict]], out_dir: Path, name: str = "paco") -> Path:
+    """LLaMA-Factory sharegpt files: ``<name>_<split>.json`` (``messages`` with two
+    ``<image>`` tags, ``images`` relative to the folder) and ``dataset_info.json``."""
+    folder = out_dir / "llamafactory"
+    info = {}
+    for split, rows in splits.items():
+        records = []
+        for r in rows:
+            images = []
+            for key in ("image_a", "image_b"):
+                src = Path(r[key])
+                rel = Path("images") / r["prompt_id"] / f"{stable_id(src.resolve())}{src.suffix}"
+                if not (folder / rel).is_file():
+                    copy_atomic(src, folder / rel)
+                images.append(str(rel))
+            user, assistant = r["messages"]
+            instruction = next(p["text"] for p in user["content"] if p["type"] == "text")
+            records.append(
+                {
+                    "messages": [
+                        {"role": "user", "content": "<image><image>" + instruction},
+                        {"role": "assistant", "content": assistant["content"][0]["text"]},
+                    ],
+                    "images": images,
+                }
+            )
+        file_name = f"{name}_{split}.json"
+        write_json(folder / file_name, records)
+        info[f"{name}_{split}"] = {
+            "file_name": file_name,
+            "formatting": "sharegpt",
+            "columns": {"messages": "messages", "images": "images"},
+            "tags": {
+                "role_tag": "role",
+                "content_tag": "content",
+                "user_tag": "user",
+                "assistant_tag": "assistant",
+            },
+        }
+    write_json(folder / "dataset_info.json", info)
+    return folder
+
+
+def export_consistency_rank(
+    work_dir: Path, out_dir: Path, prompt_ids: set[str], skip_ties: bool = True
+) -> Path:
+    """The ConsistencyRank layout of the ranked instances of ``prompt_ids``."""
+    folder = out_dir / "consistency_rank"
+    prompts = read_prompts(work_dir)
+    instances = read_instances(work_dir)
+    merged = read_merged(work_dir)
+    items = []
+    used: set[str] = set()
+    for instance_id, result in merged.items():
+        inst = instances.get(instance_id)
+        if inst is None or inst["prompt_id"] not in prompt_ids:
+            continue
+        groups = result["ranking"]
+        if skip_ties and any(len(g) > 1 for g in groups):
+            continue
+        order = [c for g in groups for c in sorted(g)]
+        names = []
+        for panel in [inst["reference"], *inst["candidates"]]:
+            name = f"{panel['grid']}_{panel['pos']}.png"
+            target = folder / "images" / inst["prompt_id"] / name
+            if not target.is_file():
+                copy_atomic(_resolve(panel["path"], work_dir), target)
+            names.append(name)
+        comp = names[1:]
+        items.append(
+            {
+                "folder": inst["prompt_id"],
+                "ref_image": names[0],
+                "comp_images": comp,
+                "rank_images": [comp[c] for c in order],
+                "instance_id": instance_id,
+            }
+        )
+        used.add(inst["prompt_id"])
+    write_jsonl(folder / "consistency_full_rank.jsonl", items)
+    write_jsonl(
+        folder / "prompt_data.jsonl",
+        [{**prompts[p], "idx": p} for p in sorted(used)],
+    )
+    logger.info("consistency_rank: %d instances of %d prompts -> %s", len(items), len(used), folder)
+    return folder
+
+
+def export_dataset(
+    work_dir: str | Path, out_dir: str | Path | None = None, config: ExportConfig | None = None
+) -> Path:
+    """Stage 7: pairs + reasons -> ``hf/``, ``parquet/``, ``llamafactory/``,
+    ``consistency_rank/`` under ``out_dir`` (default ``<work_dir>/export``).
+
+    Returns:
+        ``out_dir``. ``datasets.load_from_disk(out_dir / "hf")`` gives the DatasetDict.
+
+    Raises:
+        DataPipelineError: pairs without reasons (unless ``require_reasons=False``) or
+            nothing to export.
+    """
+    config = config or ExportConfig()
+    work_dir = Path(work_dir)
+    out_dir = Path(out_dir) if out_dir is not None else work_dir / "export"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = build_rows(work_dir, config)
+    if not rows:
+        raise DataPipelineError(f"no pair with a reason in {work_dir}; nothing to export.")
+    test_ids = split_prompts([r["prompt_id"] for r in rows], config.test_fraction, config.seed)
+    splits = {
+        "train": [r for r in rows if r["prompt_id"] not in test_ids],
+        "test": [r for r in rows if r["prompt_id"] in test_ids],
+    }
+    export_hf(splits, out_dir)
+    if config.llamafactory:
+        export_llamafactory(splits, out_dir)
+    if config.consistency_rank:
+        export_consistency_rank(work_dir, out_dir, test_ids, config.rank_skip_ties)
+    write_json(
+        out_dir / "export_info.json",
+        {
+            "test_prompts": sorted(test_ids),
+            "rows": {k: len(v) for k, v in splits.items()},
+            "config": json.loads(json.dumps(config.__dict__)),
+        },
+    )
+    logger.info("export: %s -> %s", {k: len(v) for k, v in splits.items()}, out_dir)
+    return out_dir

@@ -1,0 +1,460 @@
+"""A procedural world of image sets with known consistency, for tests and the demo.
+
+SYNTHETIC DATA: nothing here is a real generator or a real annotator. Each synthetic
+prompt describes a character (identity: shape, body colour, marking), a drawing
+style (background colour, texture, outline) and a logic progression (panel k shows
+k + 1 pips). A "generated" grid of that prompt renders every panel from the prompt's
+attributes, except that, under seeded control, a whole grid may drift (as different
+seeds of a real generator draw a different character) and single panels may break
+one attribute. Ground truth is the attribute agreement of two panels.
+
+Labels never leak from one image: a broken attribute is redrawn uniformly from the
+same palette the prompt's own attribute came from, so every colour, shape, texture
+(...) is equally frequent among consistent and inconsistent panels; only comparing
+two panels tells them apart.
+
+    >>> world = SyntheticWorld(seed=0)
+    >>> prompts = world.make_prompts(2)
+    >>> grid = world.render_grid(prompts[0], grid_seed=0)
+    >>> grid.size
+    (128, 128)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from data_pipeline.grids import format_grid_prompt
+from data_pipeline.storage import save_image_atomic, stable_id, write_jsonl
+
+logger = logging.getLogger(__name__)
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (215, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 70, 215),
+    "yellow": (235, 205, 30),
+    "purple": (140, 50, 190),
+    "orange": (240, 130, 20),
+}
+BACKGROUNDS: dict[str, tuple[int, int, int]] = {
+    "white": (245, 245, 240),
+    "gray": (150, 150, 150),
+    "black": (25, 25, 30),
+}
+SHAPES = ["circle", "square", "triangle", "diamond"]
+MARKINGS = ["plain", "dots", "stripes", "cross"]
+TEXTURES = ["plain", "grain", "hatch"]
+OUTLINES = [0, 3]
+
+IDENTITY = ("shape", "colour", "marking")
+STYLE = ("background", "texture", "outline")
+CHOICES: dict[str, list[Any]] = {
+    "shape": SHAPES,
+    "colour": list(COLOURS),
+    "marking": MARKINGS,
+    "background": list(BACKGROUNDS),
+    "texture": TEXTURES,
+    "outline": OUTLINES,
+}
+# Prompt attributes are balanced within blocks of this many prompts (a multiple of every
+# attribute's number of values).
+BLOCK = 12
+# Which dimension a category's grids tend to break.
+CATEGORIES = {
+    "identity": "Character Generation",
+    "style": "Design Style Generation",
+    "logic": "Process Generation",
+}
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """Everything a synthetic panel shows; ``step`` is the pip count minus one."""
+
+    shape: str
+    colour: str
+    marking: str
+    background: str
+    texture: str
+    outline: int
+    step: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def panel_similarity(a: PanelSpec, b: PanelSpec) -> float:
+    """Ground-truth consistency of two panels in [0, 1]: the fraction of identity and
+    style attributes they share (logic is per panel, see :func:`logic_ok`)."""
+    keys = IDENTITY + STYLE
+    return sum(getattr(a, k) == getattr(b, k) for k in keys) / len(keys)
+
+
+@dataclass
+class SyntheticWorld:
+    """Seeded generator of synthetic prompts, grids and panel ground truth.
+
+    Args:
+        seed: world seed; the same seed gives the same prompts and grids.
+        panel_size: side of a square panel in pixels.
+        grid_drift: probability that a grid (one "seed") draws a different character
+            or style (one attribute of the prompt's focus dimension redrawn).
+        panel_break: probability that one panel breaks (``break_sizes`` attributes).
+        break_sizes: how many attributes a broken panel changes (drawn uniformly).
+    """
+
+    seed: int = 0
+    panel_size: int = 64
+    grid_drift: float = 0.2
+    panel_break: float = 0.4
+    break_sizes: tuple[int, ...] = (2, 3)
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.panel_size < 16:
+            raise ValueError(f"panel_size must be >= 16 pixels; got {self.panel_size}.")
+        for name in ("grid_drift", "panel_break"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1]; got {value}.")
+        self._rng = random.Random(self.seed)
+
+    # ------------------------------------------------------------------ prompts
+    def make_prompts(
+        self, n: int, layouts: list[tuple[int, int]] | None = None, start: int = 0
+    ) -> list[dict]:
+        """``n`` T2IS-style prompt records (``idx``, ``prompt``, ``layout``, ``theme``,
+        ``category``, ``criteria``, ``height``, ``width``, plus ``synthetic`` attributes).
+
+        Example:
+            >>> SyntheticWorld().make_prompts(1)[0]["layout"]
+            '2x2'
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1 prompts; got {n}.")
+        layouts = layouts or [(2, 2)]
+        records = []
+        for i in range(start, start + n):
+            attrs = self._prompt_attributes(i)
+            focus = list(CATEGORIES)[i % len(CATEGORIES)]
+            rows, cols = layouts[i % len(layouts)]
+            records.append(self._prompt_record(f"syn{i:05d}", attrs, focus, rows, cols))
+        return records
+
+    def _prompt_attributes(self, i: int) -> dict:
+        """Attributes of prompt ``i``: within every block of ``BLOCK`` consecutive prompts,
+        each value of each attribute is used equally often (independently shuffled per
+        attribute), so no value is more often "the prompt's own" than another."""
+        block, offset = divmod(i, BLOCK)
+        attrs = {}
+        for key, values in CHOICES.items():
+            order = list(values) * (BLOCK // len(values))
+            random.Random(f"{self.seed}-{key}-{block}").shuffle(order)
+            attrs[key] = order[offset]
+        return attrs
+
+    def _prompt_record(self, idx: str, attrs: dict, focus: str, rows: int, cols: int) -> dict:
+        outline = "a thick black outline" if attrs["outline"] else "no outline"
+        character = (
+            f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
+        )
+        style = f"drawn with {outline} on a {attrs['background']} {attrs['texture']} background"
+        global_description = f"{character[0].upper()}{character[1:]}, {style}."
+        panels = [
+            f"The same character with {k + 1} pip{'s' if k else ''} below it."
+            for k in range(rows * cols)
+        ]
+        return {
+            "idx": idx,
+            "prompt": format_grid_prompt(global_description, panels, rows, cols),
+            "height": rows * self.panel_size,
+            "width": cols * self.panel_size,
+            "layout": f"{rows}x{cols}",
+            # The theme names none of the attributes and is the same for every prompt of a
+            # layout: a label must come from comparing the two images, not from checking one
+            # image against the text or recalling what a named prompt's character looks like.
+            "theme": f"a cartoon character in {rows * cols} images, one more pip per image",
+            "category": CATEGORIES[focus],
+            "task_name": f"synthetic-{focus}",
+            "criteria": {
+                "Identity": {"Character": f"The character stays {character}."},
+                "Style": {"Drawing style": f"Every image is {style}."},
+                "Logic": {"Progression": "Image k shows k pips, one more than the last."},
+            },
+            "source": "synthetic",
+            "synthetic": {"attributes": attrs, "focus": focus},
+        }
+
+    # ------------------------------------------------------------------ grids
+    def panel_specs(self, record: dict, grid_seed: int) -> list[PanelSpec]:
+        """Ground truth of every panel (row-major) of grid ``grid_seed`` of a prompt."""
+        from data_pipeline.grids import parse_layout
+
+        syn = record.get("synthetic")
+        if not isinstance(syn, dict) or "attributes" not in syn:
+            raise ValueError(
+                f"prompt {record.get('idx')!r} is not a synthetic prompt (no 'synthetic' key); "
+                "make it with SyntheticWorld.make_prompts."
+            )
+        rows, cols = parse_layout(record["layout"])
+        focus = syn["focus"]
+        rng = random.Random(f"{self.seed}-grid-{record['idx']}-{grid_seed}")
+        base = dict(syn["attributes"])
+        focus_keys = {"identity": IDENTITY, "style": STYLE, "logic": IDENTITY + STYLE}[focus]
+        if rng.random() < self.grid_drift:
+            key = rng.choice(focus_keys)
+            base[key] = _other(rng, key, base[key])
+        specs = []
+        for k in range(rows * cols):
+            attrs = dict(base)
+            step = k
+            if rng.random() < self.panel_break:
+                if focus == "logic" and rng.random() < 0.5:
+                    step = rng.choice([s for s in range(rows * cols) if s != k] or [k])
+                pool = focus_keys if rng.random() < 0.7 else IDENTITY + STYLE
+                for key in rng.sample(pool, min(len(pool), rng.choice(self.break_sizes))):
+                    attrs[key] = _other(rng, key, attrs[key])
+            specs.append(PanelSpec(step=step, **attrs))
+        return specs
+
+    def render_panel(self, spec: PanelSpec, seed: int = 0) -> Image.Image:
+        """Draw one panel (``panel_size`` square RGB image)."""
+        return render_panel(spec, self.panel_size, seed=seed)
+
+    def render_grid(self, record: dict, grid_seed: int) -> Image.Image:
+        """The grid image of ``record`` for generator seed ``grid_seed``."""
+        from data_pipeline.grids import parse_layout
+
+        rows, cols = parse_layout(record["layout"])
+        s = self.panel_size
+        grid = Image.new("RGB", (cols * s, rows * s))
+        for k, spec in enumerate(self.panel_specs(record, grid_seed)):
+            panel = self.render_panel(spec, seed=hash_seed(record["idx"], grid_seed, k))
+            grid.paste(panel, ((k % cols) * s, (k // cols) * s))
+        return grid
+
+    def write_grids(
+        self, records: list[dict], out_dir: str | Path, grids_per_prompt: int = 4
+    ) -> Path:
+        """Write ``<out_dir>/<idx>/<seed>.png`` for every prompt (the layout
+        :func:`data_pipeline.generate.ingest_grids` reads) and ``<out_dir>/truth.jsonl``.
+        Existing files are kept (resumable)."""
+        out_dir = Path(out_dir)
+        truth = []
+        for record in records:
+            for seed in range(grids_per_prompt):
+                path = out_dir / record["idx"] / f"{seed}.png"
+                if not path.is_file():
+                    save_image_atomic(self.render_grid(record, seed), path)
+                specs = self.panel_specs(record, seed)
+                truth.append(
+                    {
+                        "prompt_id": record["idx"],
+                        "grid": str(seed),
+                        "panels": [p.as_dict() for p in specs],
+                    }
+                )
+        write_jsonl(out_dir / "truth.jsonl", truth)
+        return out_dir
+
+
+def _other(rng: random.Random, key: str, value: Any) -> Any:
+    return rng.choice([c for c in CHOICES[key] if c != value])
+
+
+def hash_seed(*parts: Any) -> int:
+    return int(stable_id(*parts, length=8), 16)
+
+
+def _draw_shape(
+    draw: ImageDraw.ImageDraw, shape: str, box: tuple[int, int, int, int], **kw
+) -> None:
+    x0, y0, x1, y1 = box
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    if shape == "circle":
+        draw.ellipse(box, **kw)
+    elif shape == "square":
+        draw.rectangle(box, **kw)
+    elif shape == "triangle":
+        draw.polygon([(cx, y0), (x1, y1), (x0, y1)], **kw)
+    else:  # diamond
+        draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], **kw)
+
+
+def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0) -> Image.Image:
+    """Draw a panel: textured background, outlined character with a marking, and
+    ``spec.step + 1`` pips along the bottom edge.
+
+    >>> render_panel(PanelSpec("circle", "red", "dots", "white", "grain", 3, 1)).size
+    (64, 64)
+    """
+    rng = random.Random(seed)
+    bg = BACKGROUNDS[spec.background]
+    image = Image.new("RGB", (size, size), bg)
+    draw = ImageDraw.Draw(image)
+    ink = (90, 90, 90) if spec.background != "gray" else (200, 200, 200)
+    if spec.texture == "grain":
+        for _ in range(size * size // 12):
+            x, y = rng.randrange(size), rng.randrange(size)
+            draw.point((x, y), fill=ink)
+    elif spec.texture == "hatch":
+        for offset in range(-size, size, 6):
+            draw.line([(offset, size), (offset + size, 0)], fill=ink, width=1)
+    margin = size // 5
+    jitter = rng.randint(-2, 2)
+    box = (
+        margin + jitter,
+        margin // 2 + jitter,
+        size - margin + jitter,
+        size - margin - margin // 4,
+    )
+    outline_colour = (0, 0, 0) if spec.background != "black" else (255, 255, 255)
+    _draw_shape(
+        draw,
+        spec.shape,
+        box,
+        fill=COLOURS[spec.colour],
+        outline=outline_colour if spec.outline else None,
+        width=spec.outline or 1,
+    )
+    cx, cy = (box[0] + box[2]) // 2, (box[1] + box[3]) // 2
+    r = max(2, size // 16)
+    mark = (255, 255, 255) if spec.colour != "yellow" else (30, 30, 30)
+    if spec.marking == "dots":
+        for dx in (-r * 2, r * 2):
+            draw.ellipse((cx + dx - r, cy - r, cx + dx + r, cy + r), fill=mark)
+    elif spec.marking == "stripes":
+        for dy in (-r * 2, 0, r * 2):
+            draw.line(
+                [(cx - 3 * r, cy + dy), (cx + 3 * r, cy + dy)], fill=mark, width=max(1, r // 2)
+            )
+    elif spec.marking == "cross":
+        draw.line([(cx - 2 * r, cy - 2 * r), (cx + 2 * r, cy + 2 * r)], fill=mark, width=max(2, r))
+        draw.line([(cx - 2 * r, cy + 2 * r), (cx + 2 * r, cy - 2 * r)], fill=mark, width=max(2, r))
+    pip = max(2, size // 20)
+    count = spec.step + 1
+    span = count * pip * 2
+    x = (size - span) // 2
+    y = size - pip * 2 - 1
+    for k in range(count):
+        draw.rectangle((x + k * 2 * pip, y, x + k * 2 * pip + pip, y + pip), fill=outline_colour)
+    return image
+
+
+@dataclass
+class SimulatedAnnotators:
+    """SYNTHETIC annotators: each ranks an instance's candidates by ground-truth
+    similarity to the reference plus Gaussian noise; near-equal candidates are
+    sometimes reported as ties.
+
+    Args:
+        n: number of annotators.
+        noise: standard deviation of the per-candidate noise (similarity is in [0, 1]).
+        tie_margin: candidates whose noisy scores differ by less than this are tied.
+        seed: seed of the noise.
+    """
+
+    n: int = 3
+    noise: float = 0.08
+    tie_margin: float = 0.02
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1 annotators; got {self.n}.")
+        if self.noise < 0 or self.tie_margin < 0:
+            raise ValueError(
+                f"noise and tie_margin must be >= 0; got noise={self.noise}, "
+                f"tie_margin={self.tie_margin}."
+            )
+
+    def true_scores(
+        self, instance: dict, world: SyntheticWorld, prompts: dict[str, dict]
+    ) -> list[float]:
+        """Ground-truth similarity of each candidate to the reference."""
+        record = prompts[instance["prompt_id"]]
+        ref = instance["reference"]
+        ref_spec = world.panel_specs(record, int(ref["grid"]))[ref["pos"]]
+        return [
+            panel_similarity(ref_spec, world.panel_specs(record, int(c["grid"]))[c["pos"]])
+            - 0.15 * (not logic_ok(world.panel_specs(record, int(c["grid"]))[c["pos"]], c["pos"]))
+            for c in instance["candidates"]
+        ]
+
+    def annotate(
+        self, instances: list[dict], world: SyntheticWorld, prompts: dict[str, dict]
+    ) -> list[dict]:
+        """Ranking records (``instance_id``, ``annotator``, ``ranking`` with ties as
+        nested lists, best first) in the format :func:`data_pipeline.rankings.load_rankings` reads."""
+        records = []
+        for instance in instances:
+            truth = self.true_scores(instance, world, prompts)
+            for a in range(self.n):
+                rng = random.Random(hash_seed(self.seed, a, instance["instance_id"]))
+                noisy = [t + rng.gauss(0.0, self.noise) for t in truth]
+                order = sorted(range(len(noisy)), key=lambda i: -noisy[i])
+                groups: list[list[int]] = []
+                for i in order:
+                    if groups and math.isclose(
+                        noisy[groups[-1][-1]], noisy[i], abs_tol=self.tie_margin
+                    ):
+                        groups[-1].append(i)
+                    else:
+                        groups.append([i])
+                ranking = [g[0] if len(g) == 1 else g for g in groups]
+                records.append(
+                    {
+                        "instance_id": instance["instance_id"],
+                        "annotator": f"sim{a}",
+                        "ranking": ranking,
+                    }
+                )
+        return records
+
+
+def logic_ok(spec: PanelSpec, position: int) -> bool:
+    """Whether a panel at ``position`` shows the right number of pips."""
+    return spec.step == position
+
+
+def attribute_describer(world: SyntheticWorld, prompts: dict[str, dict]):
+    """For :class:`data_pipeline.reasons.TemplateReasoner`: ``pair -> (attrs_a, attrs_b)``
+    from the synthetic ground truth of the pair's two panels (``panel_a``/``panel_b`` =
+    ``"grid:pos"``); ``None`` for a pair that is not synthetic."""
+
+    def describe(pair: dict) -> tuple[dict, dict] | None:
+        record = prompts.get(pair.get("prompt_id", ""))
+        if record is None or "synthetic" not in record or not pair.get("panel_a"):
+            return None
+        out = []
+        for key in ("panel_a", "panel_b"):
+            grid, pos = pair[key].split(":")
+            spec = world.panel_specs(record, int(grid))[int(pos)]
+            attrs = {k: getattr(spec, k) for k in IDENTITY + STYLE}
+            attrs["outline"] = "thick" if attrs["outline"] else "no"
+            attrs["pips"] = spec.step + 1
+            out.append(attrs)
+        return out[0], out[1]
+
+    return describe
+
+
+def pair_truth(pair: dict, world: SyntheticWorld, prompts: dict[str, dict]) -> float | None:
+    """Ground-truth similarity (:func:`panel_similarity`) of a synthetic pair's two panels;
+    ``None`` for a pair that is not synthetic."""
+    record = prompts.get(pair.get("prompt_id", ""))
+    if record is None or "synthetic" not in record or not pair.get("panel_a"):
+        return None
+    specs = []
+    for key in ("panel_a", "panel_b"):
+        grid, pos = pair[key].split(":")
+        specs.append(world.panel_specs(record, int(grid))[int(pos)])
+    return panel_similarity(*specs)

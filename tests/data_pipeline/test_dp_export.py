@@ -1,0 +1,214 @@
+"""Stages 7-8 on a full synthetic run: the exported DatasetDict (pair schema), parquet,
+LLaMA-Factory files, the ConsistencyRank layout, statistics, and the contract with the
+SFT trainer / scorer (same prompt tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from data_pipeline.export import ExportConfig, export_dataset, split_prompts
+from data_pipeline.pairs import read_pairs
+from data_pipeline.stats import format_table
+from data_pipeline.storage import DataPipelineError
+from paco_reward.templates import build_messages, format_answer, render_instruction
+
+COLUMNS = {
+    "pair_id", "prompt_id", "image_a", "image_b", "template", "prompt", "label", "reasons",
+    "messages", "category", "source",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(synthetic_run):
+    from datasets import load_from_disk
+
+    work, stats = synthetic_run
+    return work, stats, load_from_disk(str(work / "export" / "hf"))
+
+
+def test_dataset_dict_follows_the_pair_schema(exported):
+    work, _, ds = exported
+    assert set(ds) == {"train", "test"}
+    assert set(ds["train"].column_names) == COLUMNS
+    assert ds["train"].features["label"].dtype == "int32"
+    assert type(ds["train"].features["image_a"]).__name__ == "Image"
+    pairs = {p["pair_id"]: p for p in read_pairs(work)}
+    assert len(ds["train"]) + len(ds["test"]) == len(pairs)
+    for row in ds["train"].select(range(20)):
+        pair = pairs[row["pair_id"]]
+        assert row["label"] == pair["label"] and row["template"] == "consistency"
+        expected = build_messages(
+            render_instruction(row["template"], row["prompt"] or None),
+            answer=format_answer(bool(row["label"]), row["reasons"]),
+        )
+        user, assistant = row["messages"]
+        assert [p["type"] for p in user["content"]] == ["image", "image", "text"]
+        assert user["content"][2]["text"] == expected[0]["content"][2]["text"]
+        assert assistant == {
+            "role": "assistant",
+            "content": [{"type": "text", "text": expected[1]["content"][0]["text"]}],
+        }
+        assert assistant["content"][0]["text"].startswith("Yes. " if row["label"] else "No. ")
+        # Images are embedded and are the pair's panels, reference first.
+        assert row["image_a"].tobytes() == _open(work / pair["image_a"]).tobytes()
+        assert row["image_b"].tobytes() == _open(work / pair["image_b"]).tobytes()
+        assert row["source"] == "synthetic" and row["category"] == pair["category"]
+
+
+def _open(path):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+def test_split_is_by_prompt_and_both_labels_present(exported):
+    _, _, ds = exported
+    train, test = set(ds["train"]["prompt_id"]), set(ds["test"]["prompt_id"])
+    assert train and test and not train & test
+    assert set(ds["train"]["label"]) == {0, 1}
+    assert split_prompts(["a", "b", "c"], 0.5, 0) == split_prompts(["c", "b", "a"], 0.5, 0)
+    assert len(split_prompts([str(i) for i in range(10)], 0.25)) == 3
+    assert split_prompts(["only"], 0.5) == set()
+
+
+def test_parquet_matches_hf(exported):
+    from datasets import load_dataset
+
+    work, _, ds = exported
+    files = {s: str(work / "export" / "parquet" / f"{s}.parquet") for s in ("train", "test")}
+    parquet = load_dataset("parquet", data_files=files)
+    assert parquet["train"]["pair_id"] == ds["train"]["pair_id"]
+    assert parquet["test"]["label"] == ds["test"]["label"]
+
+
+def test_llamafactory_files(exported):
+    work, _, ds = exported
+    folder = work / "export" / "llamafactory"
+    info = json.loads((folder / "dataset_info.json").read_text())
+    assert info["paco_train"]["formatting"] == "sharegpt"
+    records = json.loads((folder / info["paco_train"]["file_name"]).read_text())
+    assert len(records) == len(ds["train"])
+    first = records[0]
+    assert first["messages"][0]["content"].startswith("<image><image>Given two subfigures")
+    assert first["messages"][1]["content"] == ds["train"][0]["messages"][1]["content"][0]["text"]
+    assert (
+        all((folder / image).is_file() for image in first["images"]) and len(first["images"]) == 2
+    )
+
+
+def test_consistency_rank_layout(exported):
+    work, _, ds = exported
+    folder = work / "export" / "consistency_rank"
+    items = [
+        json.loads(line)
+        for line in (folder / "consistency_full_rank.jsonl").read_text().splitlines()
+    ]
+    prompts = {
+        json.loads(line)["idx"] for line in (folder / "prompt_data.jsonl").read_text().splitlines()
+    }
+    assert items and prompts == set(ds["test"]["prompt_id"])
+    for item in items:
+        assert set(item) >= {"folder", "ref_image", "comp_images", "rank_images"}
+        assert item["folder"] in prompts
+        assert (
+            sorted(item["rank_images"]) == sorted(item["comp_images"])
+            and len(item["comp_images"]) == 4
+        )
+        for name in [item["ref_image"], *item["comp_images"]]:
+            assert (folder / "images" / item["folder"] / name).is_file()
+            gen, pos = name[:-4].split("_")
+            assert gen.isdigit() and pos.isdigit()
+
+
+def test_stats(exported, capsys):
+    work, stats, ds = exported
+    assert stats["prompts"] == 6 and stats["grids"] == 24 and stats["panels"] == 96
+    assert stats["instances"] == 6 * 48 and stats["instances_per_prompt"] == 48
+    pairs = stats["pairs"]
+    assert (
+        pairs["consistent"] + pairs["inconsistent"]
+        == pairs["total"]
+        == len(ds["train"]) + len(ds["test"])
+    )
+    assert 0.35 < pairs["consistent_fraction"] < 0.65
+    assert (
+        sum(v["consistent"] + v["inconsistent"] for v in pairs["by_category"].values())
+        == pairs["total"]
+    )
+    assert 0.3 < stats["agreement"]["kendall_w_mean"] <= 1.0
+    assert stats["reasons"]["missing"] == 0
+    truth = stats["synthetic_truth"]
+    assert truth["mean_similarity_consistent"] > truth["mean_similarity_inconsistent"] + 0.15
+    table = format_table(stats)
+    assert "pairs.consistent" in table and "agreement.kendall_w_mean" in table
+    assert json.loads((work / "stats.json").read_text())["pairs"]["total"] == pairs["total"]
+
+
+def test_export_requires_reasons(synthetic_run, tmp_path):
+    import shutil
+
+    work, _ = synthetic_run
+    copy = tmp_path / "work"
+    shutil.copytree(work, copy, ignore=shutil.ignore_patterns("export", "inputs"))
+    lines = (copy / "reasons.jsonl").read_text().splitlines()
+    (copy / "reasons.jsonl").write_text("\n".join(lines[:-3]) + "\n")
+    with pytest.raises(DataPipelineError, match="3 of .* pairs have no reason"):
+        export_dataset(
+            copy, tmp_path / "out", ExportConfig(llamafactory=False, consistency_rank=False)
+        )
+    out = export_dataset(
+        copy,
+        tmp_path / "out",
+        ExportConfig(require_reasons=False, llamafactory=False, consistency_rank=False),
+    )
+    info = json.loads((out / "export_info.json").read_text())
+    assert sum(info["rows"].values()) == len(lines) - 3
+    # No held-out prompts: only a train split (an empty split is not written).
+    out = export_dataset(
+        copy, tmp_path / "all", ExportConfig(test_fraction=0.0, require_reasons=False)
+    )
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(out / "hf"))
+    assert set(ds) == {"train"} and len(ds["train"]) == len(lines) - 3
+    with pytest.raises(ValueError, match="test_fraction must be in"):
+        ExportConfig(test_fraction=1.0)
+
+
+def test_rows_feed_the_trainer_with_the_scorer_prompt_tokens(exported, tiny_model_dir):
+    """Rendering a row's messages with the model's processor gives, up to the assistant
+    turn, exactly the tokens the scorer uses for the same instruction."""
+    from transformers import AutoProcessor
+
+    from paco_reward.local_backend import LocalBackend
+
+    _, _, ds = exported
+    processor = AutoProcessor.from_pretrained(str(tiny_model_dir))
+    backend = LocalBackend.from_pretrained(tiny_model_dir, device="cpu")
+    tokenizer = processor.tokenizer
+    marker = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    for row in [ds["train"][0], ds["test"][0]]:
+        text = processor.apply_chat_template(row["messages"], tokenize=False)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        cut = next(i for i in range(len(ids)) if ids[i : i + len(marker)] == marker) + len(marker)
+        instruction = row["messages"][0]["content"][2]["text"]
+        assert ids[:cut] == backend.prompt_ids(instruction)
+        assert tokenizer.decode(ids[cut:]).startswith("Yes" if row["label"] else "No")
+        assert text.count("<|image_pad|>") == 2
+
+
+def test_leakage_probe(exported):
+    from data_pipeline.probe import leakage_probe, roc_auc
+
+    work, _, _ = exported
+    report = leakage_probe(work / "export" / "hf")
+    assert report["test_rows"] > 50
+    # The label needs both images: the pair beats either image alone.
+    assert report["pair_distance_auc"] > 0.65
+    assert report["pair_features_auc"] > max(report["image_a_only_auc"], report["image_b_only_auc"])
+    assert roc_auc(np.array([1, 0]), np.array([0.2, 0.9])) == 0.0
+    assert np.isnan(roc_auc(np.array([1, 1]), np.array([0.2, 0.9])))

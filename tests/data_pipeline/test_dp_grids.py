@@ -1,0 +1,134 @@
+"""Stage 1-2 primitives: layouts, panel prompts and grid cutting, on real T2IS prompts."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_pipeline.grids import (
+    format_grid_prompt,
+    panel_markers,
+    parse_layout,
+    split_grid,
+    split_panel_prompts,
+)
+from paco_reward.errors import LayoutError, PromptError
+
+# Every layout the T2IS format uses (1xN strips and 2xN grids).
+LAYOUTS = [(1, n) for n in range(2, 7)] + [(2, n) for n in range(2, 6)]
+
+
+def _records(t2is_path):
+    return [json.loads(line) for line in t2is_path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("FOUR-PANEL Images with a 2x2 grid layout A woman", (2, 2)),
+        ("1x5", (1, 5)),
+        ("2 ⨉ 3", (2, 3)),
+        ("a 1×4 strip", (1, 4)),
+        ("2 X 5 grid", (2, 5)),
+        ("2*2", (2, 2)),
+        ((2, 3), (2, 3)),
+    ],
+)
+def test_parse_layout_forms(text, expected):
+    assert parse_layout(text) == expected
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("no layout here", "No grid layout"),
+        ("0x3", "positive"),
+        ((2, 0), "positive"),
+        (5, "string like '2x2'"),
+    ],
+)
+def test_parse_layout_errors(bad, match):
+    with pytest.raises(LayoutError, match=match):
+        parse_layout(bad)
+
+
+def test_every_real_t2is_prompt_splits_into_its_layout(t2is_path):
+    records = _records(t2is_path)
+    assert len(records) == 150
+    for r in records:
+        rows, cols = parse_layout(r["prompt"])
+        assert (rows, cols) == parse_layout(r["layout"])
+        global_description, panels = split_panel_prompts(r["prompt"], expected=rows * cols)
+        assert global_description.startswith("FOUR-PANEL Images with a 2x2 grid layout")
+        assert all(p and "[" not in p[:3] for p in panels)
+        # Row-major: the markers appear in the order TOP-LEFT, TOP-RIGHT, BOTTOM-LEFT, BOTTOM-RIGHT.
+        markers = re.findall(r"\[(TOP|BOTTOM)\]-\[(LEFT|RIGHT)\]:", r["prompt"])
+        assert markers == [
+            ("TOP", "LEFT"),
+            ("TOP", "RIGHT"),
+            ("BOTTOM", "LEFT"),
+            ("BOTTOM", "RIGHT"),
+        ]
+        # The panel text is exactly what follows its marker.
+        first = r["prompt"].split("[TOP]-[RIGHT]:")[0].split("[TOP]-[LEFT]:")[1].strip()
+        assert panels[0] == first
+
+
+@pytest.mark.parametrize("rows, cols", LAYOUTS)
+def test_real_prompts_rewritten_in_every_layout_round_trip(t2is_path, rows, cols):
+    """Real T2IS descriptions, re-laid out as 1xN / 2xN prompts, split back exactly."""
+    records = _records(t2is_path)[:20]
+    for r in records:
+        global_description, panels = split_panel_prompts(r["prompt"], expected=4)
+        body = global_description.split("grid layout", 1)[1].strip()
+        texts = [panels[k % 4] for k in range(rows * cols)]
+        prompt = format_grid_prompt(body, texts, rows, cols)
+        assert parse_layout(prompt) == (rows, cols)
+        back_global, back_panels = split_panel_prompts(prompt, expected=rows * cols)
+        assert back_panels == texts
+        assert back_global.endswith(body)
+
+
+def test_panel_markers_named_and_numbered():
+    assert panel_markers(1, 2) == ["[LEFT]:", "[RIGHT]:"]
+    assert panel_markers(2, 3)[4] == "[BOTTOM]-[MIDDLE]:"
+    assert panel_markers(2, 5)[7] == "[PANEL-8]:"
+    assert len(set(panel_markers(2, 4))) == 8
+
+
+def test_split_panel_prompts_other_marker_styles():
+    text = "A fox. [Top-Left]: runs. [TOP-RIGHT]: eats. [PANEL 3]: sleeps. [4]: wakes."
+    assert split_panel_prompts(text) == ("A fox.", ["runs.", "eats.", "sleeps.", "wakes."])
+    assert split_panel_prompts("just one image of a fox") == ("just one image of a fox", [])
+
+
+def test_split_panel_prompts_errors():
+    with pytest.raises(PromptError, match="Expected 4 panel descriptions"):
+        split_panel_prompts("A fox. [LEFT]: a. [RIGHT]: b.", expected=4)
+    with pytest.raises(PromptError, match="must be a string"):
+        split_panel_prompts(None)
+    with pytest.raises(PromptError, match="needs 6 panel descriptions"):
+        format_grid_prompt("x", ["a"], 2, 3)
+
+
+@pytest.mark.parametrize("rows, cols", LAYOUTS)
+def test_split_grid_row_major(rows, cols):
+    size = 8
+    grid = np.zeros((rows * size, cols * size, 3), dtype=np.uint8)
+    for k in range(rows * cols):
+        r, c = divmod(k, cols)
+        grid[r * size : (r + 1) * size, c * size : (c + 1) * size] = (k * 20, 255 - k * 20, k)
+    panels = split_grid(Image.fromarray(grid), rows, cols)
+    assert len(panels) == rows * cols
+    for k, panel in enumerate(panels):
+        assert panel.size == (size, size)
+        assert panel.getpixel((3, 3)) == (k * 20, 255 - k * 20, k)
+
+
+def test_split_grid_indivisible():
+    with pytest.raises(LayoutError, match="cannot be cut into a 2x3 grid"):
+        split_grid(Image.new("RGB", (100, 64)), 2, 3)

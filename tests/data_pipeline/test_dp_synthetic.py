@@ -1,0 +1,168 @@
+"""The synthetic world: determinism, ground truth, no single-image label leakage."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from data_pipeline.grids import split_grid, split_panel_prompts
+from data_pipeline.synthetic import (
+    SimulatedAnnotators,
+    SyntheticWorld,
+    panel_similarity,
+    render_panel,
+)
+
+
+def test_prompts_are_t2is_records_in_any_layout():
+    world = SyntheticWorld(seed=3)
+    prompts = world.make_prompts(6, layouts=[(2, 2), (1, 4), (2, 3)])
+    assert [p["layout"] for p in prompts] == ["2x2", "1x4", "2x3"] * 2
+    for p in prompts:
+        rows, cols = map(int, p["layout"].split("x"))
+        _, panels = split_panel_prompts(p["prompt"], expected=rows * cols)
+        assert (p["height"], p["width"]) == (rows * 64, cols * 64)
+        assert set(p["criteria"]) == {"Identity", "Style", "Logic"}
+    assert len({p["category"] for p in prompts}) == 3
+
+
+def test_grids_are_deterministic_and_match_ground_truth():
+    world = SyntheticWorld(seed=0, panel_size=56)
+    record = world.make_prompts(1, layouts=[(2, 3)])[0]
+    a = np.asarray(world.render_grid(record, 2))
+    b = np.asarray(SyntheticWorld(seed=0, panel_size=56).render_grid(record, 2))
+    assert a.shape == (112, 168, 3) and (a == b).all()
+    assert not (a == np.asarray(world.render_grid(record, 3))).all()
+    specs = world.panel_specs(record, 2)
+    panels = split_grid(world.render_grid(record, 2), 2, 3)
+    for k, (spec, panel) in enumerate(zip(specs, panels)):
+        expected = np.asarray(world.render_panel(spec, seed=_seed(record, 2, k)))
+        assert (np.asarray(panel) == expected).all()
+
+
+def _seed(record, grid, k):
+    from data_pipeline.synthetic import hash_seed
+
+    return hash_seed(record["idx"], grid, k)
+
+
+def test_panels_show_their_attributes():
+    from data_pipeline.synthetic import COLOURS, PanelSpec
+
+    red = render_panel(PanelSpec("square", "red", "plain", "white", "plain", 0, 0), 64)
+    blue = render_panel(PanelSpec("square", "blue", "plain", "white", "plain", 0, 0), 64)
+    assert red.getpixel((32, 28)) == COLOURS["red"] and blue.getpixel((32, 28)) == COLOURS["blue"]
+    assert panel_similarity(
+        PanelSpec("square", "red", "plain", "white", "plain", 0, 0),
+        PanelSpec("square", "blue", "plain", "white", "plain", 0, 1),
+    ) == pytest.approx(5 / 6)
+
+
+def test_attributes_are_not_readable_from_one_panel():
+    """Every attribute value is about as frequent in panels that keep the prompt's value
+    as in panels that broke it (a label must need both images)."""
+    world = SyntheticWorld(seed=0)
+    prompts = world.make_prompts(60)
+    kept, broken = Counter(), Counter()
+    for record in prompts:
+        base = record["synthetic"]["attributes"]
+        for g in range(4):
+            for spec in world.panel_specs(record, g):
+                (kept if spec.colour == base["colour"] else broken)[spec.colour] += 1
+    assert sum(broken.values()) > 80
+    for colour in kept:
+        p_kept = kept[colour] / sum(kept.values())
+        p_broken = broken[colour] / sum(broken.values())
+        assert abs(p_kept - p_broken) < 0.08, (colour, p_kept, p_broken)
+
+
+def test_simulated_annotators_rank_by_truth():
+    world = SyntheticWorld(seed=0)
+    record = world.make_prompts(1)[0]
+    prompts = {record["idx"]: record}
+    cands = [{"grid": "1", "pos": k, "path": ""} for k in range(4)]
+    instance = {
+        "instance_id": "i",
+        "prompt_id": record["idx"],
+        "reference": {"grid": "0", "pos": 0},
+        "candidates": cands,
+    }
+    exact = SimulatedAnnotators(n=2, noise=0.0, tie_margin=0.0)
+    truth = exact.true_scores(instance, world, prompts)
+    rankings = exact.annotate([instance], world, prompts)
+    assert len(rankings) == 2 and rankings[0]["annotator"] == "sim0"
+    groups = [[c] if isinstance(c, int) else c for c in rankings[0]["ranking"]]
+    flat = [c for g in groups for c in g]
+    assert sorted(flat) == [0, 1, 2, 3]
+    assert [truth[c] for c in flat] == sorted(truth, reverse=True)
+    assert all(len({truth[c] for c in g}) == 1 for g in groups)  # only equal truths tie
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"panel_size": 8}, "panel_size"), ({"grid_drift": 1.5}, "grid_drift")],
+)
+def test_world_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SyntheticWorld(**kwargs)
+
+
+def test_annotator_validation():
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        SimulatedAnnotators(n=0)
+    with pytest.raises(ValueError, match="noise and tie_margin"):
+        SimulatedAnnotators(noise=-1)
+    with pytest.raises(ValueError, match="not a synthetic prompt"):
+        SyntheticWorld().panel_specs({"idx": "x", "layout": "2x2"}, 0)
+
+
+def test_pair_labels_are_not_readable_from_the_candidate_alone():
+    """Through the real pairing, ranking and labelling stages: each attribute of the
+    candidate (image_b) and of the reference (image_a) is distributed alike in
+    consistent and inconsistent pairs, while their agreement differs sharply."""
+    from data_pipeline.instances import make_instances
+    from data_pipeline.pairs import rankings_to_pairs
+    from data_pipeline.rankings import merge_rankings
+
+    world = SyntheticWorld(seed=11)
+    prompts = {p["idx"]: p for p in world.make_prompts(120)}
+    panels = [
+        {"prompt_id": pid, "grid": str(g), "pos": k, "path": f"{pid}/{g}_{k}.png"}
+        for pid in prompts
+        for g in range(4)
+        for k in range(4)
+    ]
+    instances = {i["instance_id"]: {**i, "theme": "t"} for i in make_instances(panels, prompts)}
+    raw = SimulatedAnnotators(n=3, seed=0).annotate(list(instances.values()), world, prompts)
+    for r in raw:
+        r["ranking"] = [[c] if isinstance(c, int) else c for c in r["ranking"]]
+    merged, _ = merge_rankings(raw, instances)
+    pairs = rankings_to_pairs(instances, {m["instance_id"]: m for m in merged})
+    specs = {}
+
+    def spec(pair, key):
+        grid, pos = pair[key].split(":")
+        cache_key = (pair["prompt_id"], grid)
+        if cache_key not in specs:
+            specs[cache_key] = world.panel_specs(prompts[pair["prompt_id"]], int(grid))
+        return specs[cache_key][int(pos)]
+
+    by_label = {label: [p for p in pairs if p["label"] == label] for label in (0, 1)}
+    assert min(len(v) for v in by_label.values()) > 4000
+    for key in ("panel_a", "panel_b"):
+        for attribute in ("shape", "colour", "marking", "background", "texture", "outline"):
+            dist = {}
+            for label, group in by_label.items():
+                counts = Counter(getattr(spec(p, key), attribute) for p in group)
+                dist[label] = {v: n / len(group) for v, n in counts.items()}
+            tv = 0.5 * sum(
+                abs(dist[0].get(v, 0) - dist[1].get(v, 0)) for v in set(dist[0]) | set(dist[1])
+            )
+            assert tv < 0.05, (key, attribute, dist)
+    agree = {
+        label: np.mean([panel_similarity(spec(p, "panel_a"), spec(p, "panel_b")) for p in group])
+        for label, group in by_label.items()
+    }
+    assert agree[1] > agree[0] + 0.2
