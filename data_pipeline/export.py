@@ -2,7 +2,8 @@
 
 Outputs under ``out_dir``:
 
-- ``hf/``: a ``datasets.DatasetDict`` (``train``/``test``, split by prompt) with the
+- ``hf/``: a ``datasets.DatasetDict`` (``train``/``test``, split by prompt; a split
+  with no rows, e.g. ``test_fraction=0``, is left out) with the
   columns of the pair schema (images embedded; ``messages`` rendered by
   :func:`paco_reward.templates.build_messages`, answer word first, then reasons);
 - ``parquet/<split>.parquet``: the same rows as parquet;
@@ -168,42 +169,59 @@ def features():
     )
 
 
-def _hf_rows(rows: list[dict]) -> dict[str, list]:
-    columns: dict[str, list] = {c: [] for c in COLUMNS}
+def _hf_row(r: dict) -> dict:
+    out = {c: r[c] for c in COLUMNS}
+    for key in ("image_a", "image_b"):
+        out[key] = {"bytes": Path(r[key]).read_bytes(), "path": None}
+    out["messages"] = [
+        {
+            "role": m["role"],
+            "content": [{"type": p["type"], "text": p.get("text")} for p in m["content"]],
+        }
+        for m in r["messages"]
+    ]
+    return out
+
+
+def _generate_rows(rows: list[dict]):
     for r in rows:
-        for c in COLUMNS:
-            value = r[c]
-            if c in ("image_a", "image_b"):
-                value = {"bytes": Path(value).read_bytes(), "path": None}
-            elif c == "messages":
-                value = [
-                    {
-                        "role": m["role"],
-                        "content": [
-                            {"type": p["type"], "text": p.get("text")} for p in m["content"]
-                        ],
-                    }
-                    for m in value
-                ]
-            columns[c].append(value)
-    return columns
+        yield _hf_row(r)
 
 
 def export_hf(splits: dict[str, list[dict]], out_dir: Path):
-    """Write ``hf/`` (``save_to_disk``) and ``parquet/<split>.parquet``; return the DatasetDict."""
+    """Write ``hf/`` (``save_to_disk``) and ``parquet/<split>.parquet``; return the DatasetDict.
+
+    Rows are streamed into Arrow (``Dataset.from_generator``) so memory stays flat at any
+    dataset size; the generator cache lives in a temporary folder that is removed, so a
+    re-export always reads the current image files.
+    """
+    import tempfile
+
     from datasets import Dataset, DatasetDict
 
-    dataset = DatasetDict(
-        {
-            name: Dataset.from_dict(_hf_rows(rows), features=features())
-            for name, rows in splits.items()
-        }
-    )
-    tmp = out_dir / "hf.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    dataset.save_to_disk(str(tmp))
-    shutil.rmtree(out_dir / "hf", ignore_errors=True)
-    tmp.rename(out_dir / "hf")
+    cache = Path(tempfile.mkdtemp(dir=out_dir, prefix=".hf-cache-"))
+    try:
+        dataset = DatasetDict(
+            {
+                name: Dataset.from_generator(
+                    _generate_rows,
+                    features=features(),
+                    gen_kwargs={"rows": rows},
+                    cache_dir=str(cache),
+                    keep_in_memory=False,
+                )
+                for name, rows in splits.items()
+                if rows  # an empty split cannot be saved and loaded back
+            }
+        )
+        tmp = out_dir / "hf.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        dataset.save_to_disk(str(tmp))
+        shutil.rmtree(out_dir / "hf", ignore_errors=True)
+        tmp.rename(out_dir / "hf")
+        dataset = DatasetDict.load_from_disk(str(out_dir / "hf"))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     (out_dir / "parquet").mkdir(parents=True, exist_ok=True)
     for name, ds in dataset.items():
         target = out_dir / "parquet" / f"{name}.parquet"

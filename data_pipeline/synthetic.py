@@ -54,10 +54,6 @@ MARKINGS = ["plain", "dots", "stripes", "cross"]
 TEXTURES = ["plain", "grain", "hatch"]
 OUTLINES = [0, 3]
 
-NAMES = [
-    "Bobo", "Kiki", "Momo", "Pip", "Zaza", "Lulu", "Taro", "Nina", "Fifi", "Gogo",
-    "Rory", "Mika", "Juno", "Tuk", "Vivi", "Odo", "Bea", "Ziggy", "Coco", "Remy",
-]  # fmt: skip
 IDENTITY = ("shape", "colour", "marking")
 STYLE = ("background", "texture", "outline")
 CHOICES: dict[str, list[Any]] = {
@@ -166,7 +162,6 @@ class SyntheticWorld:
         return attrs
 
     def _prompt_record(self, idx: str, attrs: dict, focus: str, rows: int, cols: int) -> dict:
-        name = NAMES[int(stable_id(self.seed, idx, length=8), 16) % len(NAMES)]
         outline = "a thick black outline" if attrs["outline"] else "no outline"
         character = (
             f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
@@ -183,9 +178,10 @@ class SyntheticWorld:
             "height": rows * self.panel_size,
             "width": cols * self.panel_size,
             "layout": f"{rows}x{cols}",
-            # The theme names the character but none of its attributes: a label must come
-            # from comparing the two images, not from checking one image against the text.
-            "theme": f"the adventures of {name}, a cartoon character, one more pip per image",
+            # The theme names none of the attributes and is the same for every prompt of a
+            # layout: a label must come from comparing the two images, not from checking one
+            # image against the text or recalling what a named prompt's character looks like.
+            "theme": f"a cartoon character in {rows * cols} images, one more pip per image",
             "category": CATEGORIES[focus],
             "task_name": f"synthetic-{focus}",
             "criteria": {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from demo.context import DemoContext
 
-STAGES = ["scoring"]
+STAGES = ["scoring", "server", "benchmarks"]
 
 
 def main(argv: list[str] | None = None) -> None:

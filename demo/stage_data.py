@@ -7,6 +7,7 @@ Artifacts: ``pair_dataset_dir`` (the export folder with ``hf/`` and ``parquet/``
 
 from __future__ import annotations
 
+from data_pipeline.export import ExportConfig
 from data_pipeline.pipeline import SyntheticConfig, run_synthetic
 from data_pipeline.stats import stats_rows
 from demo.context import DemoContext, print_table
@@ -15,7 +16,8 @@ from demo.context import DemoContext, print_table
 def run(ctx: DemoContext) -> None:
     work = ctx.path("data", "work")
     config = SyntheticConfig(n_prompts=12, grids_per_prompt=4, layouts=["2x2"], seed=ctx.seed)
-    stats = run_synthetic(work, config)
+    # 3 of 12 prompts held out: the test split and ConsistencyRank use unseen characters.
+    stats = run_synthetic(work, config, export=ExportConfig(test_fraction=0.25, seed=ctx.seed))
 
     keys = [
         "prompts", "grids", "panels", "instances", "instances_per_prompt",

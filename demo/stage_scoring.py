@@ -46,8 +46,12 @@ def run(ctx: DemoContext) -> None:
     for k, panel in enumerate([red_circle, red_square, blue_circle, red_circle]):
         grid.paste(panel, ((k % 2) * 64, (k // 2) * 64))
     grid.save(ctx.path("grid_2x2.png"))
-    result = rm.score_grid(grid, "FOUR-PANEL Images with a 2x2 grid layout. A red circle. [TOP]-[LEFT]: ...")
-    rows = [[f"panel {i}", f"panel {j}", float(s)] for (i, j), s in zip(result.pairs, result.scores)]
+    result = rm.score_grid(
+        grid, "FOUR-PANEL Images with a 2x2 grid layout. A red circle. [TOP]-[LEFT]: ..."
+    )
+    rows = [
+        [f"panel {i}", f"panel {j}", float(s)] for (i, j), s in zip(result.pairs, result.scores)
+    ]
     rows.append(["mean", "", result.mean])
     print_table("2x2 grid: all 6 panel pairs (each panel encoded once)", ["A", "B", "score"], rows)
     assert np.isfinite(result.scores).all()

@@ -106,12 +106,13 @@ def load_image(image: ImageInput, name: str = "image") -> Image.Image:
             raise InvalidImageError(f"{name}: bytes are not a decodable image ({err}).") from None
         return load_image(loaded, name)
     if isinstance(image, np.ndarray):
-        return _array_to_pil(image, name, channels_first=False)
+        return load_image(_array_to_pil(image, name, channels_first=False), name)
     if type(image).__module__.startswith("torch"):
         import torch
 
         if isinstance(image, torch.Tensor):
-            return _array_to_pil(image.detach().cpu().numpy(), name, channels_first=True)
+            array = image.detach().cpu().numpy()
+            return load_image(_array_to_pil(array, name, channels_first=True), name)
     raise InvalidImageError(
         f"{name}: expected a PIL image, a path, a numpy array or a torch tensor; "
         f"got {type(image).__name__}."

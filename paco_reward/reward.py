@@ -10,8 +10,10 @@ and the Yes/No extraction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import re
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
@@ -26,6 +28,21 @@ from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
 
 logger = logging.getLogger(__name__)
+
+
+_ANSWER = re.compile(r"^\W*(\w+)[\s.,:;!\"'*]*(.*)$", re.DOTALL)
+
+
+def split_answer(text: str) -> tuple[str, str]:
+    """Split a generated judgement into its decision word and the reasons after it.
+
+    >>> split_answer("Yes. Both panels show the same fox.")
+    ('Yes', 'Both panels show the same fox.')
+    """
+    match = _ANSWER.match(text.strip())
+    if match is None:
+        return "", text.strip()
+    return match.group(1), match.group(2).strip()
 
 
 class ScoringBackend(Protocol):
@@ -131,9 +148,66 @@ class PacoReward:
         )
         return cls(backend, template=template, symmetric=symmetric)
 
+    @classmethod
+    def from_server(
+        cls,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 16,
+        timeout: float = 60.0,
+        retries: int = 5,
+        cache_size: int = 4096,
+        template: str | Template = DEFAULT_TEMPLATE,
+        symmetric: bool = False,
+        **backend_kwargs,
+    ) -> PacoReward:
+        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``).
+
+        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`. Checks at once that
+        the server serves ``model`` (:class:`~paco_reward.errors.RewardServerError` otherwise).
+        ``backend_kwargs`` go to :class:`~paco_reward.remote_backend.RemoteBackend`
+        (``image_format``, ``top_logprobs``, ``yes_no_token_ids``, ``tokenizer``, ...).
+
+        Example:
+            >>> rm = PacoReward.from_server("http://127.0.0.1:8000/v1", model="PaCo-Reward-7B")  # doctest: +SKIP
+        """
+        from paco_reward.remote_backend import RemoteBackend
+
+        backend = RemoteBackend(
+            base_url,
+            model,
+            api_key=api_key,
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            retries=retries,
+            cache_size=cache_size,
+            **backend_kwargs,
+        )
+        return cls(backend, template=template, symmetric=symmetric)
+
     # ------------------------------------------------------------------ primitive
     def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
         return render_instruction(template if template is not None else self.template, prompt)
+
+    def _ordered_requests(
+        self, pairs: Sequence[tuple[int, int, str]], symmetric: bool | None
+    ) -> tuple[list[tuple[int, int, str]], bool]:
+        """The requests to send: the pairs, then (when symmetric) the same pairs reversed."""
+        symmetric = self.symmetric if symmetric is None else symmetric
+        requests = list(pairs)
+        if symmetric:
+            requests += [(b, a, text) for a, b, text in pairs]
+        return requests, symmetric
+
+    @staticmethod
+    def _merge_orders(scores, num_pairs: int, symmetric: bool) -> np.ndarray:
+        """Average the two orders of each pair when scored symmetrically."""
+        scores = np.asarray(scores, dtype=np.float64)
+        if symmetric:
+            scores = (scores[:num_pairs] + scores[num_pairs:]) / 2.0
+        return scores
 
     def _score(
         self,
@@ -141,14 +215,9 @@ class PacoReward:
         pairs: Sequence[tuple[int, int, str]],
         symmetric: bool | None,
     ) -> np.ndarray:
-        symmetric = self.symmetric if symmetric is None else symmetric
-        requests = list(pairs)
-        if symmetric:
-            requests += [(b, a, text) for a, b, text in pairs]
-        scores = np.asarray(self.backend.score_batch(table.images, requests), dtype=np.float64)
-        if symmetric:
-            scores = (scores[: len(pairs)] + scores[len(pairs) :]) / 2.0
-        return scores
+        requests, symmetric = self._ordered_requests(pairs, symmetric)
+        scores = self.backend.score_batch(table.images, requests)
+        return self._merge_orders(scores, len(pairs), symmetric)
 
     # ------------------------------------------------------------------ public API
     def score(
@@ -181,6 +250,35 @@ class PacoReward:
             >>> rm.score_pairs([(a, b, "a fox"), (a, c, "a fox")])   # doctest: +SKIP
             array([0.91, 0.12])
         """
+        table, requests = self._pair_requests(pairs, template)
+        return self._score(table, requests, symmetric)
+
+    async def ascore_pairs(
+        self,
+        pairs: Sequence[tuple],
+        *,
+        template: str | Template | None = None,
+        symmetric: bool | None = None,
+    ) -> np.ndarray:
+        """Async :meth:`score_pairs`: awaits a remote backend's requests on the running event
+        loop (an in-process backend runs in a worker thread).
+
+        Example:
+            >>> scores = await rm.ascore_pairs([(a, b, "a fox")])   # doctest: +SKIP
+        """
+        ascore_batch = getattr(self.backend, "ascore_batch", None)
+        if ascore_batch is None:
+            return await asyncio.to_thread(
+                self.score_pairs, pairs, template=template, symmetric=symmetric
+            )
+        table, pairs_requested = self._pair_requests(pairs, template)
+        requests, symmetric = self._ordered_requests(pairs_requested, symmetric)
+        scores = await ascore_batch(table.images, requests)
+        return self._merge_orders(scores, len(pairs_requested), symmetric)
+
+    def _pair_requests(
+        self, pairs: Sequence[tuple], template: str | Template | None
+    ) -> tuple[_ImageTable, list[tuple[int, int, str]]]:
         table = _ImageTable(self.backend.image_policy)
         requests = []
         for k, pair in enumerate(pairs):
@@ -196,7 +294,7 @@ class PacoReward:
                     self._instruction(prompt, template),
                 )
             )
-        return self._score(table, requests, symmetric)
+        return table, requests
 
     def score_set(
         self,
@@ -286,10 +384,8 @@ class PacoReward:
             max_new_tokens=max_new_tokens,
             **generate_kwargs,
         )
-        answer, _, reasons = text.strip().partition(" ")
-        return Judgement(
-            score=score, answer=answer.strip(".,:;!"), reasons=reasons.strip(), text=text
-        )
+        answer, reasons = split_answer(text)
+        return Judgement(score=score, answer=answer, reasons=reasons, text=text)
 
     def score_edit(self, source: ImageInput, edited: ImageInput, instruction: str) -> EditScore:
         """Editing reward: consistency (SC) and prompt following (PF) of ``edited`` with

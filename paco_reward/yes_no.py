@@ -45,7 +45,13 @@ class YesNoTokens:
             ids: list[int] = []
             for word in words:
                 encoded = tokenizer.encode(word, add_special_tokens=False)
-                if len(encoded) == 1 and encoded[0] not in ids:
+                # A single token only counts if it *is* the word (not an unknown-token fallback).
+                if (
+                    len(encoded) == 1
+                    and encoded[0] not in ids
+                    and encoded[0] != tokenizer.unk_token_id
+                    and tokenizer.decode(encoded).strip() == word.strip()
+                ):
                     ids.append(encoded[0])
             return tuple(ids)
 

@@ -4,6 +4,7 @@ Each builder writes an ordinary Hugging Face folder that loads through the same
 ``from_pretrained`` path a user takes with real weights; nothing reaches a hub.
 """
 
+from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.testing.qwen import build_tiny_model, build_tiny_tokenizer
 
-__all__ = ["build_tiny_model", "build_tiny_tokenizer"]
+__all__ = ["build_tiny_clip", "build_tiny_model", "build_tiny_tokenizer"]

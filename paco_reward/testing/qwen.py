@@ -247,3 +247,31 @@ def build_tiny_model(
     )
     processor.save_pretrained(output_dir)
     return output_dir
+
+
+# Qwen2.5-VL-7B-Instruct's shape, for random-weight speed runs on a GPU
+# (`build_tiny_model(dir, **QWEN_7B_SHAPE)`); the tokenizer stays the tiny one.
+QWEN_7B_SHAPE: dict[str, Any] = {
+    "text_config": {
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "rope_parameters": {
+            "rope_type": "default",
+            "mrope_section": [16, 24, 24],
+            "rope_theta": 1000000.0,
+        },
+    },
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "window_size": 112,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+    },
+}

@@ -82,6 +82,7 @@ def test_cli_errors(tmp_path, capsys):
         main(["instances", str(tmp_path), "--rule", "bogus"])
 
 
+@pytest.mark.slow
 def test_grids_generated_by_a_diffusers_pipeline_folder(tmp_path, t2is_path):
     from data_pipeline.storage import read_jsonl
     from data_pipeline.testing import build_tiny_flux

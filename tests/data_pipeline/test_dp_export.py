@@ -167,6 +167,14 @@ def test_export_requires_reasons(synthetic_run, tmp_path):
     )
     info = json.loads((out / "export_info.json").read_text())
     assert sum(info["rows"].values()) == len(lines) - 3
+    # No held-out prompts: only a train split (an empty split is not written).
+    out = export_dataset(
+        copy, tmp_path / "all", ExportConfig(test_fraction=0.0, require_reasons=False)
+    )
+    from datasets import load_from_disk
+
+    ds = load_from_disk(str(out / "hf"))
+    assert set(ds) == {"train"} and len(ds["train"]) == len(lines) - 3
     with pytest.raises(ValueError, match="test_fraction must be in"):
         ExportConfig(test_fraction=1.0)
 

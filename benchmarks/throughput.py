@@ -1,0 +1,125 @@
+"""Scoring throughput: the model card's one-pair loop vs ``score_pairs`` vs ``score_grid``.
+
+All three score the same 6 panel pairs of a 2x2 grid with the same model, in one
+process, interleaved over several rounds (these machines are noisy); the table
+reports pairs/s for each and the speed-up over the snippet loop.
+
+    python -m benchmarks.throughput                      # tiny model built offline
+    python -m benchmarks.throughput --model PATH --panel-size 512 --rounds 5
+    python -m benchmarks.throughput --config 7b          # random weights, real 7B shape (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from benchmarks.model_card_snippet import ModelCardScorer
+from paco_reward import PacoReward
+from paco_reward.templates import render_instruction
+
+
+def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.Image]]:
+    rng = np.random.default_rng(seed)
+    panels = [
+        Image.fromarray(rng.integers(0, 256, (panel_size, panel_size, 3), dtype=np.uint8))
+        for _ in range(4)
+    ]
+    grid = Image.new("RGB", (2 * panel_size, 2 * panel_size))
+    for k, panel in enumerate(panels):
+        grid.paste(panel, ((k % 2) * panel_size, (k // 2) * panel_size))
+    return grid, panels
+
+
+def build_model(args, workdir: Path) -> Path:
+    if args.model:
+        return Path(args.model)
+    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing.qwen import QWEN_7B_SHAPE
+
+    overrides = QWEN_7B_SHAPE if args.config == "7b" else {}
+    return build_tiny_model(
+        workdir / "model", min_pixels=args.min_pixels, max_pixels=args.max_pixels, **overrides
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="model folder (default: build a tiny random one)")
+    parser.add_argument(
+        "--config", choices=["tiny", "7b"], default="tiny", help="shape of the built model"
+    )
+    parser.add_argument("--panel-size", type=int, default=256, help="panel side in pixels")
+    parser.add_argument("--min-pixels", type=int, default=4 * 28 * 28)
+    parser.add_argument("--max-pixels", type=int, default=16 * 28 * 28)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_model(args, Path(tmp))
+        rm = PacoReward.from_pretrained(
+            model_dir,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            canonical_yes_no=False,
+        )
+        snippet = ModelCardScorer(rm.backend.model, rm.backend.processor)
+        theme = "a red fox walking through four seasons"
+        instruction = render_instruction("consistency", theme)
+        grid, panels = make_grid(args.panel_size)
+        pairs = list(combinations(range(4), 2))
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+
+        def snippet_loop():
+            return [snippet.score(panels[i], panels[j], instruction) for i, j in pairs]
+
+        methods = {
+            "model-card snippet loop": snippet_loop,
+            "score_pairs": lambda: rm.score_pairs(
+                [(panels[i], panels[j], theme) for i, j in pairs]
+            ),
+            "score_grid": lambda: rm.score_grid(grid, theme, layout=(2, 2)).scores,
+        }
+        reference = np.asarray(snippet_loop())
+        for name, fn in methods.items():  # warm-up, and a correctness check on the side
+            np.testing.assert_allclose(np.asarray(fn()), reference, atol=1e-3, err_msg=name)
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        for _ in range(args.rounds):
+            for name, fn in methods.items():
+                sync()
+                start = time.perf_counter()
+                fn()
+                sync()
+                times[name].append(time.perf_counter() - start)
+
+    device = rm.backend.device
+    print(
+        f"\nThroughput on {device} ({torch.get_num_threads()} threads), model {args.config}, "
+        f"{args.panel_size}px panels, 6 pairs of a 2x2 grid, {args.rounds} interleaved rounds"
+    )
+    print("speed-up = snippet time / method time (median over rounds; best-of-rounds in brackets)")
+    print(f"{'method':26s} {'pairs/s':>10s} {'speed-up':>9s} {'(best)':>8s}")
+    base_median = statistics.median(times["model-card snippet loop"])
+    base_best = min(times["model-card snippet loop"])
+    for name, samples in times.items():
+        median, best = statistics.median(samples), min(samples)
+        print(
+            f"{name:26s} {len(pairs) / median:10.1f} {base_median / median:8.2f}x "
+            f"({base_best / best:5.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Subcommands of the ``paco-reward`` command line."""

@@ -1,0 +1,29 @@
+"""``paco-reward serve``: an OpenAI-compatible, micro-batched reward server (needs the
+``serve`` extra: fastapi, uvicorn).
+
+Imports are lazy, so ``paco_reward.server.cli`` (registered in ``paco-reward``) costs
+nothing until ``serve`` runs.
+
+    >>> from paco_reward.server import ServerConfig, create_app   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ServerConfig": "paco_reward.server.config",
+    "create_app": "paco_reward.server.app",
+    "ServerProcess": "paco_reward.server.runner",
+    "ServerThread": "paco_reward.server.runner",
+    "free_port": "paco_reward.server.runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'paco_reward.server' has no attribute {name!r}")

@@ -1,0 +1,67 @@
+"""``paco-reward score`` / ``explain`` call the same API a Python user does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from paco_reward.cli import main
+
+
+def test_score_pair_set_and_grid(tiny_model_dir, tiny_reward, random_images, tmp_path, capsys):
+    paths = []
+    for k, image in enumerate(random_images(4, (56, 56), seed=20)):
+        paths.append(str(tmp_path / f"p{k}.png"))
+        image.save(paths[-1])
+    assert main(["score", str(tiny_model_dir), paths[0], paths[1], "--prompt", "fox"]) == 0
+    pair = json.loads(capsys.readouterr().out)
+    assert pair["score"] == pytest.approx(tiny_reward.score(paths[0], paths[1], "fox"), abs=1e-6)
+
+    assert main(["score", str(tiny_model_dir), *paths, "--prompt", "fox"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["pairs"]) == 6
+
+    grid = Image.new("RGB", (112, 112))
+    for k, p in enumerate(paths):
+        grid.paste(Image.open(p), ((k % 2) * 56, (k // 2) * 56))
+    grid.save(tmp_path / "grid.png")
+    assert (
+        main(
+            [
+                "score",
+                str(tiny_model_dir),
+                "--grid",
+                str(tmp_path / "grid.png"),
+                "--prompt",
+                "a 2x2 fox",
+            ]
+        )
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["mean"] == pytest.approx(tiny_reward.score_grid(grid, "a 2x2 fox").mean, abs=1e-6)
+
+
+def test_explain(tiny_model_dir, random_images, tmp_path, capsys):
+    for k, image in enumerate(random_images(2, seed=21)):
+        image.save(tmp_path / f"{k}.png")
+    code = main(
+        [
+            "explain",
+            str(tiny_model_dir),
+            str(tmp_path / "0.png"),
+            str(tmp_path / "1.png"),
+            "--prompt",
+            "fox",
+            "--max-new-tokens",
+            "5",
+        ]
+    )
+    assert code == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"score", "answer", "reasons"}
+
+
+def test_score_needs_images(tiny_model_dir):
+    with pytest.raises(SystemExit, match="two or more images"):
+        main(["score", str(tiny_model_dir), "only-one.png"])
