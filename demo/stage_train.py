@@ -65,7 +65,7 @@ def run(ctx: DemoContext) -> None:
         first_token_weight=0.5,
         logging_steps=50,
         eval_strategy="steps",
-        eval_steps=300,
+        eval_steps=200,
         save_strategy="no",
         report_to="none",
         use_cpu=True,
@@ -78,8 +78,8 @@ def run(ctx: DemoContext) -> None:
             dataset_path=str(data_dir),
             image_min_pixels=56 * 56,
             image_max_pixels=56 * 56,
-            reasoning_warmup_steps=600,
-            max_steps=900,
+            reasoning_warmup_steps=400,
+            max_steps=600,
             **common,
         )
         splits = load_pair_dataset_dict(data_dir)
