@@ -8,7 +8,19 @@ and :mod:`paco_grpo.grpo_trainer` (the trainer), :mod:`paco_grpo.cli` (``paco-gr
 """
 
 from paco_grpo.advantages import AdvantageResult, compute_advantages
+from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.sde import sde_step
 from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
-__all__ = ["AdvantageResult", "FluxSchedule", "compute_advantages", "flux_schedule", "sde_step"]
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdvantageResult",
+    "FluxSchedule",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "compute_advantages",
+    "flux_schedule",
+    "sde_step",
+]
