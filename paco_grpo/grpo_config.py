@@ -1,7 +1,7 @@
 """``GRPOConfig``: every knob of the PaCo-GRPO trainer, with help and start-up validation.
 
 A recipe is a YAML file whose keys are these fields (``train:`` and ``test:`` are
-nested sections mapping 1:1 to :class:`TrainSection` / :class:`TestSection`); unknown
+nested sections mapping 1:1 to :class:`TrainSection` / :class:`EvalSection`); unknown
 keys fail at load time. Command-line flags override with dotted names
 (``--train.resolution 256``).
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 
-__all__ = ["GRPOConfig", "TestSection", "TrainSection", "FLUX_LORA_TARGETS"]
+__all__ = ["GRPOConfig", "EvalSection", "TrainSection", "FLUX_LORA_TARGETS"]
 
 # Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
 FLUX_LORA_TARGETS = [
@@ -98,7 +98,7 @@ class TrainSection:
 
 
 @dataclass
-class TestSection:
+class EvalSection:
     """Evaluation: EMA weights, ODE sampling, its own resolution and rewards."""
 
     resolution: int = field(
@@ -314,13 +314,13 @@ class GRPOConfig:
     train: TrainSection = field(
         default_factory=TrainSection, metadata={"help": "Training sampling section."}
     )
-    test: TestSection = field(default_factory=TestSection, metadata={"help": "Evaluation section."})
+    test: EvalSection = field(default_factory=EvalSection, metadata={"help": "Evaluation section."})
 
     def __post_init__(self) -> None:
-        if isinstance(self.train, dict):
+        if not isinstance(self.train, TrainSection):
             self.train = _from_dict(TrainSection, self.train, "train.")
-        if isinstance(self.test, dict):
-            self.test = _from_dict(TestSection, self.test, "test.")
+        if not isinstance(self.test, EvalSection):
+            self.test = _from_dict(EvalSection, self.test, "test.")
         _check_weights("rewards", self.rewards)
         choices = {
             "prompt_format": (self.prompt_format, PROMPT_FORMATS),
