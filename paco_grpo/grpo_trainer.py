@@ -507,6 +507,57 @@ class GRPOTrainer:
         return metrics
 
     # ================================================================== main loop
+    def run_epoch(self, epoch: int) -> dict:
+        """Sample, reward, compute advantages and train for one epoch; returns its metrics
+        (no evaluation, logging or checkpointing)."""
+        cfg = self.config
+        samples, rewards, group_ids, timings = self.sample_epoch(epoch)
+        # gather rewards and prompt ids from all processes (equal sizes by construction)
+        device = self.accelerator.device
+        all_rewards = {
+            n: self.accelerator.gather(torch.as_tensor(v, dtype=torch.float64, device=device))
+            .cpu()
+            .numpy()
+            for n, v in rewards.items()
+        }
+        all_ids = self.accelerator.gather(torch.as_tensor(group_ids, device=device)).cpu().numpy()
+        result = compute_advantages(
+            all_rewards,
+            {n: w for n, w in cfg.rewards.items()},
+            [self.items[i].id for i in all_ids],
+            aggregator=cfg.aggregator,
+            threshold=cfg.log_taming_threshold,
+            std_scope=cfg.std_scope,
+            std_floor=cfg.std_floor,
+            normalization=cfg.normalization,
+        )
+        n_local = len(samples)
+        advantages = result.advantages[self.rank * n_local : (self.rank + 1) * n_local]
+        t1 = time.perf_counter()
+        train_stats = self.train_epoch(samples, advantages, epoch)
+        t2 = time.perf_counter()
+        metrics = {"epoch": epoch, "train/resolution": cfg.train.resolution}
+        for name, values in all_rewards.items():
+            metrics[f"reward/{name}/mean"] = float(np.nanmean(values))
+            metrics[f"reward/{name}/std"] = float(np.nanstd(values))
+        metrics.update(
+            {
+                "reward/aggregated/mean": float(np.nanmean(result.aggregated)),
+                "advantages/mean": float(result.advantages.mean()),
+                "advantages/std": float(result.advantages.std()),
+                "advantages/abs_mean": float(np.abs(result.advantages).mean()),
+                "group_std/mean": result.group_std_mean,
+                "group_std/zero_fraction": result.zero_std_fraction,
+                "reward/num_failed": result.num_failed,
+                **{f"reward/{n}/log_tamed": int(v) for n, v in result.tamed.items()},
+                **train_stats,
+                "time/sampling": timings["sampling"],
+                "time/reward": timings["reward"],
+                "time/training": t2 - t1,
+            }
+        )
+        return metrics
+
     def train(self) -> list[dict]:
         """Run epochs ``start_epoch .. max_epochs - 1``; returns the metrics history."""
         from tqdm.auto import tqdm
@@ -524,53 +575,7 @@ class GRPOTrainer:
         )
         for epoch in progress:
             t0 = time.perf_counter()
-            samples, rewards, group_ids, timings = self.sample_epoch(epoch)
-            # gather rewards and prompt ids from all processes (equal sizes by construction)
-            device = self.accelerator.device
-            all_rewards = {
-                n: self.accelerator.gather(torch.as_tensor(v, dtype=torch.float64, device=device))
-                .cpu()
-                .numpy()
-                for n, v in rewards.items()
-            }
-            all_ids = (
-                self.accelerator.gather(torch.as_tensor(group_ids, device=device)).cpu().numpy()
-            )
-            result = compute_advantages(
-                all_rewards,
-                {n: w for n, w in cfg.rewards.items()},
-                [self.items[i].id for i in all_ids],
-                aggregator=cfg.aggregator,
-                threshold=cfg.log_taming_threshold,
-                std_scope=cfg.std_scope,
-                std_floor=cfg.std_floor,
-                normalization=cfg.normalization,
-            )
-            n_local = len(samples)
-            advantages = result.advantages[self.rank * n_local : (self.rank + 1) * n_local]
-            t1 = time.perf_counter()
-            train_stats = self.train_epoch(samples, advantages, epoch)
-            t2 = time.perf_counter()
-            metrics = {"epoch": epoch, "train/resolution": cfg.train.resolution}
-            for name, values in all_rewards.items():
-                metrics[f"reward/{name}/mean"] = float(np.nanmean(values))
-                metrics[f"reward/{name}/std"] = float(np.nanstd(values))
-            metrics.update(
-                {
-                    "reward/aggregated/mean": float(np.nanmean(result.aggregated)),
-                    "advantages/mean": float(result.advantages.mean()),
-                    "advantages/std": float(result.advantages.std()),
-                    "advantages/abs_mean": float(np.abs(result.advantages).mean()),
-                    "group_std/mean": result.group_std_mean,
-                    "group_std/zero_fraction": result.zero_std_fraction,
-                    "reward/num_failed": result.num_failed,
-                    **{f"reward/{n}/log_tamed": int(v) for n, v in result.tamed.items()},
-                    **train_stats,
-                    "time/sampling": timings["sampling"],
-                    "time/reward": timings["reward"],
-                    "time/training": t2 - t1,
-                }
-            )
+            metrics = self.run_epoch(epoch)
             last = epoch == cfg.max_epochs - 1
             if cfg.test.every and ((epoch + 1) % cfg.test.every == 0 or last):
                 te = time.perf_counter()
@@ -585,7 +590,7 @@ class GRPOTrainer:
             if last or (cfg.save_every and (epoch + 1) % cfg.save_every == 0):
                 self.save_checkpoint(epoch + 1)
             progress.set_postfix(
-                {f"{n}": f"{metrics[f'reward/{n}/mean']:.3f}" for n in all_rewards}
+                {n: f"{metrics[f'reward/{n}/mean']:.3f}" for n in self.config.rewards}
             )
         self.accelerator.wait_for_everyone()
         if self._writer is not None:

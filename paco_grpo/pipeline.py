@@ -140,7 +140,8 @@ class FlowGRPOSampler:
         batch = latents.shape[0]
         timestep = timestep.expand(batch).to(latents.dtype) if timestep.ndim == 0 else timestep
         guidance = None
-        if transformer.config.guidance_embeds:
+        config = transformer.module.config if hasattr(transformer, "module") else transformer.config
+        if config.guidance_embeds:
             guidance = torch.full([1], guidance_scale, device=latents.device, dtype=torch.float32)
             guidance = guidance.expand(batch)
         return transformer(
@@ -215,7 +216,7 @@ class FlowGRPOSampler:
         cond = self.encode_prompts(prompts, device)
 
         # 3. Prepare latents (diffusers' own, same generator use as FluxPipeline)
-        num_channels_latents = transformer.config.in_channels // 4
+        num_channels_latents = pipe.transformer.config.in_channels // 4
         latents, img_ids = pipe.prepare_latents(
             batch,
             num_channels_latents,

@@ -54,41 +54,18 @@ def build_tiny_tokenizers(clip_max_length: int = 77):
 
 
 def tiny_flux_components(seed: int = 0, **transformer_overrides: Any) -> dict:
-    """The components of a tiny FLUX pipeline (diffusers' ``FluxPipeline`` keyword arguments)."""
+    """The components of a tiny FLUX pipeline (diffusers' ``FluxPipeline`` keyword arguments).
+
+    ``transformer_overrides`` update the ``FluxTransformer2DModel`` config; the text encoders
+    follow its ``joint_attention_dim`` (T5 width) and ``pooled_projection_dim`` (CLIP width), and
+    the VAE its ``in_channels`` (latent channels = in_channels / 4), so a real-shape transformer
+    (``in_channels=64, num_attention_heads=24, attention_head_dim=128, joint_attention_dim=4096,
+    pooled_projection_dim=768, axes_dims_rope=(16, 56, 56)``) gets matching tiny companions."""
     import torch
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     tokenizer, tokenizer_2 = build_tiny_tokenizers()
-    torch.manual_seed(seed)
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=37,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            max_position_embeddings=77,
-            projection_dim=32,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    )
-    text_encoder_2 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer_2),
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=1,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            pad_token_id=tokenizer_2.pad_token_id,
-            eos_token_id=tokenizer_2.eos_token_id,
-            decoder_start_token_id=tokenizer_2.pad_token_id,
-        )
-    )
     transformer_config = {
         "patch_size": 1,
         "in_channels": 16,
@@ -102,6 +79,35 @@ def tiny_flux_components(seed: int = 0, **transformer_overrides: Any) -> dict:
         "axes_dims_rope": (4, 6, 6),
     }
     transformer_config.update(transformer_overrides)
+    torch.manual_seed(seed)
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=transformer_config["pooled_projection_dim"],
+            intermediate_size=37,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            max_position_embeddings=77,
+            projection_dim=transformer_config["pooled_projection_dim"],
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    )
+    text_encoder_2 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer_2),
+            d_model=transformer_config["joint_attention_dim"],
+            d_kv=8,
+            d_ff=37,
+            num_layers=1,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            pad_token_id=tokenizer_2.pad_token_id,
+            eos_token_id=tokenizer_2.eos_token_id,
+            decoder_start_token_id=tokenizer_2.pad_token_id,
+        )
+    )
     transformer = FluxTransformer2DModel(**transformer_config)
     vae = AutoencoderKL(
         in_channels=3,
