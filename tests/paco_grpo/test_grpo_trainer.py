@@ -17,6 +17,16 @@ RECIPE = "recipes/grpo_tiny_cpu.yaml"
 REWARD = "reward/panel_colour_agreement/mean"
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest single-threaded; on a shared 2-core machine extra threads only
+    add contention. (Results are the same with any thread count on this CPU.)"""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def flux_dir(tmp_path_factory):
     return build_tiny_flux(tmp_path_factory.mktemp("tiny-flux") / "flux", seed=0)
@@ -164,3 +174,54 @@ def test_trainer_rejects_bad_setup(flux_dir, tmp_path):
         GRPOTrainer(_config(flux_dir, tmp_path, lora_target_modules=["nonexistent_proj"]))
     with pytest.raises(ValueError, match="but no such reward was passed"):
         GRPOTrainer(_config(flux_dir, tmp_path), rewards={})
+
+
+class _FlakyReward:
+    """Panel-colour agreement, but the first image of every call fails (NaN)."""
+
+    def __init__(self):
+        from paco_grpo.rewards import PanelColourAgreementReward
+
+        self.inner = PanelColourAgreementReward()
+
+    def __call__(self, images, prompts, metadata):
+        scores = self.inner(images, prompts, metadata)
+        scores[0] = np.nan
+        return scores
+
+
+def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    rows = [
+        {"idx": "a", "prompt": "a 2x2 grid of foxes", "layout": "2x2", "height": 32, "width": 32},
+        {"idx": "b", "prompt": "a 2x2 grid of birds", "layout": "2x2", "height": 64, "width": 32},
+    ]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _config(
+        flux_dir,
+        tmp_path / "out",
+        **{
+            "prompt_file": str(prompts),
+            "item_resolution_overrides": True,
+            "max_epochs": 1,
+            "prompts_per_epoch": 2,
+            "group_size": 4,
+            "sample_batch_size": 8,
+            "train_batch_size": 8,
+            "num_inner_epochs": 1,
+            "test.every": 0,
+        },
+    )
+    trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _FlakyReward()})
+    samples, rewards, group_ids, _ = trainer.sample_epoch(0)
+    sizes = sorted({s["size"] for s in samples})
+    assert sizes == [(32, 32), (64, 32)]
+    assert {s["latents"].shape[1] for s in samples} == {4, 8}  # packed tokens per size
+    # one failed image per sampling call (one call per size here)
+    assert int(np.isnan(rewards["panel_colour_agreement"]).sum()) == 2
+    row = trainer.run_epoch(0)
+    assert row["reward/num_failed"] == 2 and np.isfinite(row["train/loss"])
+    assert all(
+        len(b) and len({samples[i]["size"] for i in b}) == 1
+        for b in trainer._minibatches(samples, 0, 0)
+    )
