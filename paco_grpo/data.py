@@ -1,8 +1,13 @@
-"""Prompt data for PaCo-GRPO: T2IS JSONL and plain text files.
+"""Prompt data for PaCo-GRPO: T2IS JSONL, plain text, and (prompt, image) parquet.
 
 A T2IS line holds ``idx``, the grid ``prompt`` (layout + global description + one
 description per panel), ``layout``, ``height``/``width``, ``theme`` and ``criteria``.
 Each becomes a :class:`PromptItem` whose ``id`` groups its samples.
+
+A parquet file (editing data) has a ``prompt`` column, an ``image`` column (encoded
+bytes, a ``{"bytes", "path"}`` struct as ``datasets`` writes it, or a path) and
+optionally ``id``/``idx``, ``height``, ``width``; the source image lands in
+``metadata["source_image"]`` for editing rewards.
 
     >>> items = load_prompts("recipes/data/t2is_train_metadata.jsonl")   # doctest: +SKIP
     >>> items[0].metadata["layout"]                                      # doctest: +SKIP
@@ -78,10 +83,43 @@ def _text(path: Path) -> list[PromptItem]:
     return [PromptItem(id=str(k), prompt=t.strip()) for k, t in enumerate(lines) if t.strip()]
 
 
-def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
-    """Read prompts from a T2IS JSONL (``format="t2is"``) or text file (``"text"``).
+def _parquet(path: Path) -> list[PromptItem]:
+    import pyarrow.parquet as pq
 
-    ``"auto"`` picks T2IS for ``.jsonl``/``.json`` and text otherwise.
+    from paco_reward.errors import InvalidImageError
+    from paco_reward.images import load_image
+
+    rows = pq.read_table(path).to_pylist()
+    items = []
+    for k, row in enumerate(rows):
+        if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise PromptError(f"{path}: row {k} needs a non-empty 'prompt' string.")
+        image = row.get("image")
+        if isinstance(image, dict):
+            image = image.get("bytes") or image.get("path")
+        if image is None:
+            raise PromptError(f"{path}: row {k} has no 'image'; editing data needs a source image.")
+        try:
+            source = load_image(image, f"{path.name}[{k}].image")
+        except InvalidImageError as err:
+            raise PromptError(str(err)) from None
+        items.append(
+            PromptItem(
+                id=str(row.get("id", row.get("idx", k))),
+                prompt=row["prompt"],
+                height=row.get("height"),
+                width=row.get("width"),
+                metadata={"source_image": source},
+            )
+        )
+    return items
+
+
+def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
+    """Read prompts from a T2IS JSONL (``format="t2is"``), a text file (``"text"``) or a
+    (prompt, image) parquet file (``"parquet"``).
+
+    ``"auto"`` picks T2IS for ``.jsonl``/``.json``, parquet for ``.parquet`` and text otherwise.
 
     Raises:
         PromptError: missing file, empty file, malformed line or duplicate ids.
@@ -90,10 +128,13 @@ def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
     if not path.is_file():
         raise PromptError(f"No prompt file at {str(path)!r}.")
     if format == "auto":
-        format = "t2is" if path.suffix in (".jsonl", ".json") else "text"
-    if format not in ("t2is", "text"):
-        raise PromptError(f"prompt format must be 'auto', 't2is' or 'text'; got {format!r}.")
-    items = _t2is(path) if format == "t2is" else _text(path)
+        format = {".jsonl": "t2is", ".json": "t2is", ".parquet": "parquet"}.get(path.suffix, "text")
+    loaders = {"t2is": _t2is, "text": _text, "parquet": _parquet}
+    if format not in loaders:
+        raise PromptError(
+            f"prompt format must be 'auto', 't2is', 'text' or 'parquet'; got {format!r}."
+        )
+    items = loaders[format](path)
     if not items:
         raise PromptError(f"{path}: no prompts found.")
     ids = [item.id for item in items]

@@ -39,7 +39,7 @@ FLUX_LORA_TARGETS = [
 ]
 DTYPES = ("float32", "bfloat16", "float16")
 MIXED_PRECISION = ("no", "fp16", "bf16")
-PROMPT_FORMATS = ("auto", "t2is", "text")
+PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
 
 
 def _check_resolution(name: str, value: int) -> None:
@@ -166,7 +166,7 @@ class GRPOConfig:
     )
     prompt_file: str = field(
         metadata={
-            "help": "Training prompts: T2IS JSONL (idx, prompt, layout, ...) or a text file, one prompt per line."
+            "help": "Training prompts: T2IS JSONL (idx, prompt, layout, ...), a text file (one prompt per line) or (prompt, image) parquet."
         }
     )
     rewards: dict[str, float] = field(
@@ -181,7 +181,10 @@ class GRPOConfig:
         },
     )
     prompt_format: str = field(
-        default="auto", metadata={"help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl."}
+        default="auto",
+        metadata={
+            "help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl, parquet for .parquet, else text."
+        },
     )
     item_resolution_overrides: bool = field(
         default=False,

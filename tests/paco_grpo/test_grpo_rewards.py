@@ -97,6 +97,35 @@ def test_load_t2is_and_text(tmp_path):
     assert [(i.id, i.prompt) for i in load_prompts(text)] == [("0", "a fox"), ("2", "a bird")]
 
 
+def test_load_parquet_prompt_image_pairs(tmp_path):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), (255, 0, 0)).save(buffer, format="PNG")
+    pq.write_table(
+        pa.table(
+            {"prompt": ["make it blue"], "image": [{"bytes": buffer.getvalue(), "path": None}]}
+        ),
+        tmp_path / "edit.parquet",
+    )
+    (item,) = load_prompts(tmp_path / "edit.parquet")
+    assert item.prompt == "make it blue" and item.metadata["source_image"].size == (8, 6)
+    pq.write_table(
+        pa.table({"prompt": ["x"], "image": [b"not an image"]}), tmp_path / "bad.parquet"
+    )
+    with pytest.raises(PromptError, match="not a decodable image"):
+        load_prompts(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"prompt": ["x"], "image": [None]}), tmp_path / "none.parquet")
+    with pytest.raises(PromptError, match="has no 'image'"):
+        load_prompts(tmp_path / "none.parquet")
+    pq.write_table(pa.table({"prompt": [""], "image": [b""]}), tmp_path / "np.parquet")
+    with pytest.raises(PromptError, match="row 0 needs a non-empty 'prompt'"):
+        load_prompts(tmp_path / "np.parquet")
+
+
 def test_prompt_loader_errors(tmp_path):
     with pytest.raises(PromptError, match="No prompt file"):
         load_prompts(tmp_path / "missing.txt")
