@@ -55,8 +55,9 @@ def _train(args, extra: list[str]) -> int:
         test_rewards = build_rewards(
             config.test.rewards or config.rewards, config.test.reward_kwargs or config.reward_kwargs
         )
-    history = GRPOTrainer(config, rewards=rewards, test_rewards=test_rewards).train()
-    if history:
+    trainer = GRPOTrainer(config, rewards=rewards, test_rewards=test_rewards)
+    history = trainer.train()
+    if history and trainer.accelerator.is_main_process:
         last = history[-1]
         summary = ", ".join(
             f"{k}={v:.4f}"

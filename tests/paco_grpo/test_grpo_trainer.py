@@ -225,3 +225,52 @@ def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
         len(b) and len({samples[i]["size"] for i in b}) == 1
         for b in trainer._minibatches(samples, 0, 0)
     )
+
+
+@pytest.mark.slow
+def test_two_processes_gather_rewards_and_eval_without_duplicates(flux_dir, tmp_path):
+    """torchrun + gloo on CPU: rewards gathered for the advantages, 3 eval prompts over 2
+    processes give 3 images (gather_for_metrics drops the padded duplicate)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.getcwd(),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "paco_grpo.cli",
+        "train",
+        RECIPE,
+        "--model_name_or_path",
+        str(flux_dir),
+        "--output_dir",
+        str(tmp_path),
+        "--max_epochs",
+        "1",
+        "--test.every",
+        "1",
+        "--test.num_prompts",
+        "3",
+        "--test.batch_size",
+        "1",
+        "--num_inner_epochs",
+        "1",
+        "--tensorboard",
+        "false",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert row["eval/num_images"] == 3
+    assert row["train/ratio_first_update_max_dev"] < 1e-5
+    assert proc.stdout.count("epoch 0: reward/panel_colour_agreement/mean=") == 1
