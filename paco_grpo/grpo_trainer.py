@@ -24,6 +24,7 @@ epoch and RNG states; ``resume_from`` continues bit for bit on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -45,7 +46,7 @@ from paco_grpo.sde import sde_step
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GRPOTrainer"]
+__all__ = ["GRPOTrainer", "grpo_loss", "plot_reward_curve"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
@@ -299,8 +300,8 @@ class GRPOTrainer:
         return samples, rewards, [s["item"] for s in samples], timings
 
     # ================================================================== training
-    def _log_prob(self, model, batch: dict, j: int):
-        """Log-prob of the recorded transition ``j`` under ``model`` (with grad)."""
+    def _transition(self, model, batch: dict, j: int):
+        """``(log_prob, mean, std)`` of the recorded transition ``j`` under ``model``."""
         size = batch["size"]
         cond = self.sampler.encode_prompts([self.items[i].prompt for i in batch["items"]])
         img_ids = self.sampler.latent_ids(
@@ -319,7 +320,17 @@ class GRPOTrainer:
             batch["sigma_max"],
             prev_sample=batch["next_latents"][:, j],
         )
-        return log_prob, mean, std, (model, x, batch, cond, img_ids)
+        return log_prob, mean, std
+
+    @torch.no_grad()
+    def _reference_mean(self, batch: dict, j: int) -> torch.Tensor:
+        """The frozen base model's step mean (LoRA disabled) for the KL term."""
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        unwrapped.disable_adapters()
+        try:
+            return self._transition(unwrapped, batch, j)[1]
+        finally:
+            unwrapped.enable_adapters()
 
     def _collate(self, samples: list[dict], idx: list[int], advantages: np.ndarray) -> dict:
         pick = [samples[i] for i in idx]
@@ -357,7 +368,7 @@ class GRPOTrainer:
     def train_epoch(self, samples: list[dict], advantages: np.ndarray, epoch: int) -> dict:
         """Clipped-PPO updates on the recorded noise steps; returns the epoch's training stats."""
         cfg = self.config
-        model, unwrapped = self.model, self.accelerator.unwrap_model(self.model)
+        model = self.model
         model.train()
         advantages = np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
         num_steps = samples[0]["latents"].shape[0] if samples else 0
@@ -367,68 +378,37 @@ class GRPOTrainer:
         first_update_ratios: list[torch.Tensor] = []
         optimizer_steps = 0
         batches = [
-            (inner, b)
+            b
             for inner in range(cfg.num_inner_epochs)
             for b in self._minibatches(samples, epoch, inner)
         ]
         accum = cfg.gradient_accumulation_steps
-        for k, (_, idx) in enumerate(batches):
+        for k, idx in enumerate(batches):
             batch = self._collate(samples, idx, advantages)
             step_now = (k + 1) % accum == 0 or k == len(batches) - 1
-            group_len = (
-                accum
-                if (k // accum + 1) * accum <= len(batches)
-                else len(batches) - (k // accum) * accum
-            )
-            context = self.accelerator.no_sync(model) if not step_now else _null()
+            group_len = min(accum, len(batches) - (k // accum) * accum)  # minibatches per step
+            context = contextlib.nullcontext() if step_now else self.accelerator.no_sync(model)
             with context:
                 for j in range(num_steps):
                     with self.accelerator.autocast():
-                        log_prob, mean, std, (_, x, _, cond, img_ids) = self._log_prob(
-                            model, batch, j
-                        )
-                        with torch.no_grad():
-                            unwrapped.disable_adapters()
-                            ref_v = self.sampler.velocity(
-                                unwrapped,
-                                x,
-                                batch["timesteps"][:, j],
-                                cond,
-                                img_ids,
-                                cfg.train.guidance_scale,
-                            )
-                            unwrapped.enable_adapters()
-                            _, _, ref_mean, _ = sde_step(
-                                x,
-                                ref_v,
-                                batch["sigmas"][:, j],
-                                batch["sigmas_next"][:, j],
-                                cfg.train.noise_level,
-                                batch["sigma_max"],
-                                prev_sample=batch["next_latents"][:, j],
-                            )
-                    kl = ((mean.float() - ref_mean.float()) ** 2).mean(
-                        dim=tuple(range(1, mean.ndim))
-                    ) / (2 * std.float().reshape(-1) ** 2)
-                    ratio = torch.exp(log_prob - batch["log_probs"][:, j])
-                    adv = batch["advantages"]
-                    unclipped = -adv * ratio
-                    clipped = -adv * torch.clamp(ratio, 1.0 - cfg.clip_range, 1.0 + cfg.clip_range)
-                    policy_loss = torch.maximum(unclipped, clipped).mean()
-                    loss = policy_loss + cfg.beta * kl.mean()
+                        log_prob, mean, std = self._transition(model, batch, j)
+                        ref_mean = self._reference_mean(batch, j)
+                    terms = grpo_loss(
+                        log_prob,
+                        batch["log_probs"][:, j],
+                        batch["advantages"],
+                        mean,
+                        ref_mean,
+                        std,
+                        cfg.clip_range,
+                        cfg.beta,
+                    )
+                    loss, ratio = terms["loss"], terms["ratio"]
                     self.accelerator.backward(loss / (num_steps * group_len))
                     if optimizer_steps == 0:
                         first_update_ratios.append(ratio.detach())
-                    stats["loss"].append(loss.item())
-                    stats["policy_loss"].append(policy_loss.item())
-                    stats["kl"].append(kl.mean().item())
-                    stats["ratio"].append(ratio.mean().item())
-                    stats["clip_fraction"].append(
-                        ((ratio - 1).abs() > cfg.clip_range).float().mean().item()
-                    )
-                    stats["approx_kl"].append(
-                        (0.5 * (log_prob - batch["log_probs"][:, j]) ** 2).mean().item()
-                    )
+                    for key in stats:
+                        stats[key].append(float(terms[key].detach().float().mean()))
             if step_now:
                 if cfg.max_grad_norm > 0:
                     self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
@@ -734,12 +714,45 @@ class GRPOTrainer:
         logger.info("resumed from %s at epoch %d", path, self.start_epoch)
 
 
-class _null:
-    def __enter__(self):
-        return self
+def grpo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mean: torch.Tensor,
+    ref_mean: torch.Tensor,
+    std: torch.Tensor,
+    clip_range: float,
+    beta: float,
+) -> dict[str, torch.Tensor]:
+    """Clipped PPO objective on one SDE step plus ``beta`` x KL to the reference policy.
 
-    def __exit__(self, *exc):
-        return False
+    ``ratio = exp(log_prob - old_log_prob)``; the policy loss is
+    ``mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))``. Both policies are Gaussians
+    with the same ``std``, so ``KL = |mean - ref_mean|^2 / (2 std^2)`` (averaged over elements,
+    like the log-probability). Returns the loss and the per-sample terms for logging.
+
+    Example:
+        >>> z = torch.zeros(2)
+        >>> out = grpo_loss(z, z, torch.tensor([1.0, -1.0]), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 1), 0.2, 0.0)
+        >>> float(out["ratio"].mean()), float(out["policy_loss"])
+        (1.0, 0.0)
+    """
+    ratio = torch.exp(log_prob - old_log_prob)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    policy_loss = torch.maximum(unclipped, clipped).mean()
+    dims = tuple(range(1, mean.ndim))
+    kl = ((mean.float() - ref_mean.float()) ** 2).mean(dim=dims) / (
+        2 * std.float().reshape(std.shape[0], -1)[:, 0] ** 2
+    )
+    return {
+        "loss": policy_loss + beta * kl.mean(),
+        "policy_loss": policy_loss,
+        "kl": kl,
+        "ratio": ratio,
+        "clip_fraction": ((ratio - 1).abs() > clip_range).float(),
+        "approx_kl": 0.5 * (log_prob - old_log_prob) ** 2,
+    }
 
 
 def plot_reward_curve(history: list[dict], path: str | Path) -> None:

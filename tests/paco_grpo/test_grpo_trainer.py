@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from paco_grpo.grpo_config import GRPOConfig
-from paco_grpo.grpo_trainer import GRPOTrainer
+from paco_grpo.grpo_trainer import GRPOTrainer, grpo_loss
 from paco_reward.testing.flux import build_tiny_flux
 
 RECIPE = "recipes/grpo_tiny_cpu.yaml"
@@ -36,6 +36,24 @@ def _config(flux_dir, out, **overrides) -> GRPOConfig:
     base = {"model_name_or_path": str(flux_dir), "output_dir": str(out), "tensorboard": False}
     base.update(overrides)
     return GRPOConfig.from_yaml(RECIPE, base)
+
+
+def test_grpo_loss_closed_form():
+    old = torch.zeros(4)
+    log_prob = torch.log(torch.tensor([1.5, 0.5, 1.5, 0.5]))  # ratios 1.5, 0.5, 1.5, 0.5
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    mean, ref, std = torch.ones(4, 2, 3), torch.zeros(4, 2, 3), torch.full((4, 1, 1), 0.5)
+    out = grpo_loss(log_prob, old, adv, mean, ref, std, clip_range=0.2, beta=0.1)
+    # max(-A r, -A clip(r)): A>0 -> -min(r, clip) = -1.2, -0.5; A<0 -> max(r, clip) = 1.5, 0.8
+    expected_policy = np.mean([-1.2, -0.5, 1.5, 0.8])
+    assert float(out["policy_loss"]) == pytest.approx(expected_policy)
+    np.testing.assert_allclose(out["kl"].numpy(), [2.0] * 4)  # 1 / (2 * 0.25)
+    assert float(out["loss"]) == pytest.approx(expected_policy + 0.1 * 2.0)
+    assert out["clip_fraction"].tolist() == [1.0, 1.0, 1.0, 1.0]
+    # gradient flows only through unclipped terms
+    lp = log_prob.clone().requires_grad_(True)
+    grpo_loss(lp, old, adv, mean, ref, std, 0.2, 0.0)["loss"].backward()
+    np.testing.assert_allclose(lp.grad.numpy(), [0.0, -0.5 / 4, 1.5 / 4, 0.0], atol=1e-7)
 
 
 @pytest.mark.slow
