@@ -292,3 +292,40 @@ def test_two_processes_gather_rewards_and_eval_without_duplicates(flux_dir, tmp_
     assert row["eval/num_images"] == 3
     assert row["train/ratio_first_update_max_dev"] < 1e-5
     assert proc.stdout.count("epoch 0: reward/panel_colour_agreement/mean=") == 1
+
+
+def test_evaluation_uses_ema_weights_and_restores_training_weights(flux_dir, tmp_path):
+    cfg = _config(
+        flux_dir,
+        tmp_path,
+        **{
+            "max_epochs": 1,
+            "test.every": 0,
+            "num_inner_epochs": 2,
+            "ema_decay": 0.5,
+            "test.num_prompts": 2,
+            "test.batch_size": 2,
+            "num_sample_images": 0,
+        },
+    )
+    trainer = GRPOTrainer(cfg)
+    trainer.train()
+    trained = [p.detach().clone() for p in trainer.params]
+    assert any(not torch.equal(s, p) for s, p in zip(trainer.ema.shadow_params, trained))
+    with_ema = trainer.evaluate(0)
+    assert all(torch.equal(p, q) for p, q in zip(trainer.params, trained))  # restored
+    # the same evaluation with the EMA weights copied in by hand and EMA switched off
+    trainer.ema.copy_to(trainer.params)
+    trainer.ema = None
+    by_hand = trainer.evaluate(0)
+    assert (
+        with_ema["eval/reward/panel_colour_agreement/mean"]
+        == by_hand["eval/reward/panel_colour_agreement/mean"]
+    )
+    for p, q in zip(trainer.params, trained):
+        p.data.copy_(q)
+    raw = trainer.evaluate(0)
+    assert (
+        raw["eval/reward/panel_colour_agreement/mean"]
+        != with_ema["eval/reward/panel_colour_agreement/mean"]
+    )
