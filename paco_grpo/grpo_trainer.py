@@ -153,6 +153,7 @@ class GRPOTrainer:
         self.start_epoch = 0
         self.history: list[dict] = []
         self._writer = None
+        self._epoch_images: list[torch.Tensor] = []
         if cfg.resume_from:
             self.load_checkpoint(self._resolve_checkpoint(cfg.resume_from))
 

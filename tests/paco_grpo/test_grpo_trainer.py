@@ -17,16 +17,6 @@ RECIPE = "recipes/grpo_tiny_cpu.yaml"
 REWARD = "reward/panel_colour_agreement/mean"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest single-threaded; on a shared 2-core machine extra threads only
-    add contention. (Results are the same with any thread count on this CPU.)"""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def flux_dir(tmp_path_factory):
     return build_tiny_flux(tmp_path_factory.mktemp("tiny-flux") / "flux", seed=0)
