@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_pipeline.grids import split_panel_prompts
 from paco_reward.errors import PromptError
 
 logger = logging.getLogger(__name__)
@@ -40,9 +41,6 @@ class PromptItem:
 
 
 def _t2is(path: Path) -> list[PromptItem]:
-    # imported here: data_pipeline.grids and paco_reward import each other at module level
-    from data_pipeline.grids import split_panel_prompts
-
     items = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

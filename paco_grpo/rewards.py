@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from data_pipeline.grids import parse_layout, split_grid, split_panel_prompts
 from paco_reward.errors import PacoError
 from paco_reward.images import ImageInput, load_image
 
@@ -54,9 +55,6 @@ class Reward(Protocol):
 
 
 def _layout(prompt: str, meta: dict, default: str | tuple[int, int] | None) -> tuple[int, int]:
-    # imported here: data_pipeline.grids and paco_reward import each other at module level
-    from data_pipeline.grids import parse_layout
-
     if meta.get("layout"):
         return parse_layout(meta["layout"])
     if default is not None:
@@ -148,8 +146,6 @@ class ConsistencyReward:
         scores = np.full(len(images), np.nan)
         for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             try:
-                from data_pipeline.grids import split_grid, split_panel_prompts
-
                 rows, cols = _layout(prompt, meta or {}, self.layout)
                 panels = split_grid(load_image(image, f"images[{k}]"), rows, cols, f"images[{k}]")
                 result = self.evaluator.score_set(
