@@ -15,6 +15,7 @@ with a display name as ``NAME=SPEC``:
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -157,6 +158,20 @@ def build_scorer(
 
     model, _, tag = arg.partition("@")
     return NamedScorer(name or f"OpenCLIP ({model})", OpenCLIPScorer(model, tag or None), spec)
+
+
+def add_scorer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scorer options every human-alignment benchmark takes."""
+    parser.add_argument(
+        "--scorer",
+        action="append",
+        required=True,
+        help="[NAME=]KIND[:ARG], repeatable: paco:<dir>, server:<url>[@model], clip:<dir>, "
+        "pixel[:size], dreamsim[:cache], open_clip:<model>[@tag].",
+    )
+    parser.add_argument("--adapter", default=None, help="LoRA adapter for paco: scorers.")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available).")
+    parser.add_argument("--batch-size", type=int, default=8, help="PacoReward pairs per forward.")
 
 
 def slug(name: str) -> str:

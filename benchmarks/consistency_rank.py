@@ -42,6 +42,7 @@ import numpy as np
 from benchmarks.common import (
     BenchmarkDataError,
     NamedScorer,
+    add_scorer_arguments,
     append_jsonl,
     bar_chart,
     build_scorer,
@@ -409,18 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data-dir", type=Path, required=True, help="ConsistencyRank folder.")
-    parser.add_argument(
-        "--scorer",
-        action="append",
-        required=True,
-        help="[NAME=]KIND[:ARG], repeatable: paco:<dir>, server:<url>[@model], clip:<dir>, "
-        "pixel[:size], dreamsim[:cache], open_clip:<model>[@tag].",
-    )
-    parser.add_argument("--adapter", default=None, help="LoRA adapter for paco: scorers.")
+    add_scorer_arguments(parser)
     parser.add_argument("--template", default="rank", help="PacoReward template (default: rank).")
     parser.add_argument("--output-dir", type=Path, default=Path("results/consistency_rank"))
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available).")
-    parser.add_argument("--batch-size", type=int, default=8, help="PacoReward pairs per forward.")
     parser.add_argument(
         "--items-per-batch", type=int, default=8, help="Items per score_pairs call."
     )

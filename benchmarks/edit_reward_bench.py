@@ -46,6 +46,7 @@ import numpy as np
 from benchmarks.common import (
     BenchmarkDataError,
     NamedScorer,
+    add_scorer_arguments,
     append_jsonl,
     bar_chart,
     build_scorer,
@@ -395,17 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", type=Path, required=True, help="save_to_disk folder or parquet.")
-    parser.add_argument(
-        "--scorer",
-        action="append",
-        required=True,
-        help="[NAME=]KIND[:ARG], repeatable: paco:<dir>, server:<url>[@model], clip:<dir>, "
-        "pixel[:size], dreamsim[:cache], open_clip:<model>[@tag].",
-    )
-    parser.add_argument("--adapter", default=None, help="LoRA adapter for paco: scorers.")
+    add_scorer_arguments(parser)
     parser.add_argument("--output-dir", type=Path, default=Path("results/edit_reward_bench"))
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available).")
-    parser.add_argument("--batch-size", type=int, default=8, help="PacoReward pairs per forward.")
     parser.add_argument("--batch-outputs", type=int, default=16, help="Outputs per scoring call.")
     parser.add_argument("--limit", type=int, default=None, help="Evaluate the first N rows only.")
     parser.add_argument("--no-progress", action="store_true", help="Hide progress bars.")

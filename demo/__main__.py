@@ -9,7 +9,7 @@ from pathlib import Path
 
 from demo.context import DemoContext
 
-STAGES = ["scoring", "server", "benchmarks"]
+STAGES = ["scoring", "data", "server", "benchmarks", "grpo"]
 
 
 def main(argv: list[str] | None = None) -> None:

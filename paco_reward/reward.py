@@ -22,7 +22,6 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
-from data_pipeline.grids import parse_layout, split_grid, split_panel_prompts
 from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
 from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
@@ -330,6 +329,9 @@ class PacoReward:
         """Cut a grid image into panels (layout from ``layout`` or from the prompt, e.g.
         "2x2", "1x3", "2 ⨉ 3") and score all panel pairs. For a T2IS grid prompt the theme
         is the global description before the first panel marker."""
+        # Imported here: data_pipeline depends on paco_reward, not the other way round.
+        from data_pipeline.grids import parse_layout, split_grid, split_panel_prompts
+
         if layout is None:
             if prompt is None:
                 from paco_reward.errors import LayoutError

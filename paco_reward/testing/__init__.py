@@ -5,6 +5,7 @@ Each builder writes an ordinary Hugging Face folder that loads through the same
 """
 
 from paco_reward.testing.clip import build_tiny_clip
+from paco_reward.testing.flux import build_tiny_flux
 from paco_reward.testing.qwen import build_tiny_model, build_tiny_tokenizer
 
-__all__ = ["build_tiny_clip", "build_tiny_model", "build_tiny_tokenizer"]
+__all__ = ["build_tiny_clip", "build_tiny_flux", "build_tiny_model", "build_tiny_tokenizer"]

@@ -1,0 +1,436 @@
+"""``GRPOConfig``: every knob of the PaCo-GRPO trainer, with help and start-up validation.
+
+A recipe is a YAML file whose keys are these fields (``train:`` and ``test:`` are
+nested sections mapping 1:1 to :class:`TrainSection` / :class:`EvalSection`); unknown
+keys fail at load time. Command-line flags override with dotted names
+(``--train.resolution 256``).
+
+    >>> cfg = GRPOConfig(model_name_or_path="tiny", prompt_file="p.txt", rewards={"panel_colour_agreement": 1.0})
+    >>> cfg.train.resolution, cfg.test.resolution
+    (512, 1024)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+
+__all__ = ["GRPOConfig", "EvalSection", "TrainSection", "FLUX_LORA_TARGETS"]
+
+# Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
+FLUX_LORA_TARGETS = [
+    "attn.to_k",
+    "attn.to_q",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "ff.net.0.proj",
+    "ff.net.2",
+    "ff_context.net.0.proj",
+    "ff_context.net.2",
+]
+DTYPES = ("float32", "bfloat16", "float16")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
+
+
+def _check_resolution(name: str, value: int) -> None:
+    if not isinstance(value, int) or value < 16 or value % 16:
+        raise ValueError(f"{name} must be a positive multiple of 16 pixels; got {value!r}.")
+
+
+def _check_weights(name: str, weights: dict[str, float]) -> None:
+    if not isinstance(weights, dict) or not weights:
+        raise ValueError(
+            f"{name} must be a non-empty mapping of reward name to weight, e.g. "
+            f"{{'consistency': 1.0}}; got {weights!r}."
+        )
+    bad = {k: w for k, w in weights.items() if not isinstance(w, (int, float)) or w < 0}
+    if bad:
+        raise ValueError(f"{name} weights must be numbers >= 0; got {bad}.")
+
+
+@dataclass
+class TrainSection:
+    """How training samples are drawn (the behaviour policy)."""
+
+    resolution: int = field(
+        default=512,
+        metadata={
+            "help": "Square image side in pixels for training samples (the paper trains at 512)."
+        },
+    )
+    num_steps: int = field(
+        default=10, metadata={"help": "Denoising steps when sampling for training."}
+    )
+    noise_level: float = field(
+        default=0.7, metadata={"help": "SDE noise level a (std_t = a*sqrt(sigma/(1-sigma)))."}
+    )
+    noise_steps: list[int] = field(
+        default_factory=lambda: [1],
+        metadata={"help": "Step indices that take the SDE step; only these are trained."},
+    )
+    guidance_scale: float = field(
+        default=3.5, metadata={"help": "FLUX embedded guidance when sampling and training."}
+    )
+
+    def __post_init__(self) -> None:
+        _check_resolution("train.resolution", self.resolution)
+        if self.num_steps < 1:
+            raise ValueError(f"train.num_steps must be >= 1; got {self.num_steps}.")
+        if self.noise_level <= 0:
+            raise ValueError(
+                f"train.noise_level must be > 0 (a = 0 has no log-probability to train); got {self.noise_level}."
+            )
+        if not self.noise_steps or any(not 0 <= s < self.num_steps for s in self.noise_steps):
+            raise ValueError(
+                f"train.noise_steps must be a non-empty list of step indices in [0, {self.num_steps - 1}]; "
+                f"got {self.noise_steps!r}."
+            )
+
+
+@dataclass
+class EvalSection:
+    """Evaluation: EMA weights, ODE sampling, its own resolution and rewards."""
+
+    resolution: int = field(
+        default=1024,
+        metadata={
+            "help": "Square image side in pixels for evaluation (the paper evaluates at 1024)."
+        },
+    )
+    num_steps: int = field(default=10, metadata={"help": "Denoising steps (ODE) at evaluation."})
+    guidance_scale: float = field(
+        default=3.5, metadata={"help": "FLUX embedded guidance at evaluation."}
+    )
+    every: int = field(
+        default=10,
+        metadata={"help": "Evaluate every N epochs (and after the last); 0 disables evaluation."},
+    )
+    num_prompts: int = field(
+        default=16,
+        metadata={"help": "How many prompts of the test prompt file to evaluate (0 = all)."},
+    )
+    batch_size: int = field(
+        default=4, metadata={"help": "Images per sampling batch per process at evaluation."}
+    )
+    prompt_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Test prompts (T2IS JSONL or text); defaults to the training prompt_file."
+        },
+    )
+    rewards: dict[str, float] | None = field(
+        default=None,
+        metadata={"help": "Reward name -> weight at evaluation; defaults to the training rewards."},
+    )
+    reward_kwargs: dict[str, dict] | None = field(
+        default=None,
+        metadata={
+            "help": "Per-reward constructor arguments at evaluation; defaults to the training ones."
+        },
+    )
+    seed: int = field(
+        default=1234,
+        metadata={"help": "Seed of the evaluation noise (fixed, so evaluations are comparable)."},
+    )
+
+    def __post_init__(self) -> None:
+        _check_resolution("test.resolution", self.resolution)
+        if self.num_steps < 1:
+            raise ValueError(f"test.num_steps must be >= 1; got {self.num_steps}.")
+        if self.every < 0 or self.num_prompts < 0 or self.batch_size < 1:
+            raise ValueError(
+                f"test.every and test.num_prompts must be >= 0 and test.batch_size >= 1; got "
+                f"every={self.every}, num_prompts={self.num_prompts}, batch_size={self.batch_size}."
+            )
+        if self.rewards is not None:
+            _check_weights("test.rewards", self.rewards)
+
+
+@dataclass
+class GRPOConfig:
+    """Configuration of :class:`paco_grpo.grpo_trainer.GRPOTrainer` (one recipe = one config)."""
+
+    # ---- model
+    model_name_or_path: str = field(
+        metadata={"help": "FluxPipeline folder or hub id (e.g. black-forest-labs/FLUX.1-dev)."}
+    )
+    prompt_file: str = field(
+        metadata={
+            "help": "Training prompts: T2IS JSONL (idx, prompt, layout, ...), a text file (one prompt per line) or (prompt, image) parquet."
+        }
+    )
+    rewards: dict[str, float] = field(
+        metadata={
+            "help": "Reward name -> weight, e.g. {consistency: 1.0, clip_t: 1.0}; names from paco_grpo.rewards.REWARDS."
+        }
+    )
+    output_dir: str = field(
+        default="grpo_output",
+        metadata={
+            "help": "Checkpoints, metrics.jsonl, TensorBoard logs, sample grids, reward curve."
+        },
+    )
+    prompt_format: str = field(
+        default="auto",
+        metadata={
+            "help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl, parquet for .parquet, else text."
+        },
+    )
+    item_resolution_overrides: bool = field(
+        default=False,
+        metadata={
+            "help": "Use each prompt item's height/width instead of train/test.resolution. Off by default: T2IS metadata says 1024 for every item, which would undo the 512 training resolution."
+        },
+    )
+    max_sequence_length: int = field(default=512, metadata={"help": "T5 tokens per prompt."})
+    dtype: str = field(
+        default="float32", metadata={"help": f"Dtype of the frozen weights, one of {DTYPES}."}
+    )
+    mixed_precision: str = field(
+        default="no", metadata={"help": f"accelerate mixed precision, one of {MIXED_PRECISION}."}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Enable gradient checkpointing in the transformer."}
+    )
+    seed: int = field(
+        default=42, metadata={"help": "Seed of prompts order, sampling noise and LoRA init."}
+    )
+    # ---- LoRA
+    lora_rank: int = field(default=64, metadata={"help": "LoRA rank r."})
+    lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: list(FLUX_LORA_TARGETS),
+        metadata={
+            "help": "Module name suffixes of the transformer that get LoRA (attention + feed-forward projections)."
+        },
+    )
+    lora_init: str = field(
+        default="gaussian", metadata={"help": "peft init_lora_weights ('gaussian' or 'default')."}
+    )
+    # ---- epoch shape
+    max_epochs: int = field(
+        default=100, metadata={"help": "Stop after this many epochs (sampling + training rounds)."}
+    )
+    prompts_per_epoch: int = field(
+        default=42, metadata={"help": "m: distinct prompts sampled per epoch (over all processes)."}
+    )
+    group_size: int = field(default=16, metadata={"help": "k: images per prompt; one GRPO group."})
+    sample_batch_size: int = field(
+        default=8, metadata={"help": "Images per sampling forward pass per process."}
+    )
+    train_batch_size: int = field(
+        default=8, metadata={"help": "Samples per training minibatch per process."}
+    )
+    gradient_accumulation_steps: int = field(
+        default=1, metadata={"help": "Minibatches per optimizer step."}
+    )
+    num_inner_epochs: int = field(default=1, metadata={"help": "Passes over an epoch's samples."})
+    # ---- optimisation
+    learning_rate: float = field(
+        default=3e-4, metadata={"help": "AdamW learning rate of the LoRA weights."}
+    )
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon."})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."}
+    )
+    lr_scheduler: str = field(
+        default="constant_with_warmup",
+        metadata={
+            "help": "transformers scheduler name (constant, constant_with_warmup, linear, cosine)."
+        },
+    )
+    warmup_steps: int = field(default=0, metadata={"help": "LR warmup in optimizer steps."})
+    # ---- GRPO objective
+    clip_range: float = field(default=1e-4, metadata={"help": "PPO clip epsilon of the ratio."})
+    adv_clip_max: float = field(
+        default=5.0, metadata={"help": "Advantages are clipped to [-adv_clip_max, adv_clip_max]."}
+    )
+    beta: float = field(
+        default=0.0,
+        metadata={
+            "help": "KL weight to the frozen base policy (the KL is computed and logged even at 0)."
+        },
+    )
+    # ---- rewards -> advantages
+    reward_kwargs: dict[str, dict] = field(
+        default_factory=dict,
+        metadata={"help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}}."},
+    )
+    aggregator: str = field(
+        default="log_tamed", metadata={"help": f"Reward aggregation, one of {sorted(AGGREGATORS)}."}
+    )
+    log_taming_threshold: float | str = field(
+        default=0.2, metadata={"help": "Log taming delta: a number, 'mean' or 'median'."}
+    )
+    std_scope: str = field(
+        default="global", metadata={"help": f"Advantage scale, one of {STD_SCOPES}."}
+    )
+    std_floor: float = field(default=1e-4, metadata={"help": "Floor of the std divisor."})
+    normalization: str = field(
+        default="group",
+        metadata={
+            "help": f"One of {NORMALIZATIONS}; legacy_uncentred reproduces the released code."
+        },
+    )
+    # ---- EMA, checkpoints, logging
+    ema: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep an EMA of the LoRA weights (stepped per optimizer step); evaluation uses it."
+        },
+    )
+    ema_decay: float = field(
+        default=0.9, metadata={"help": "EMA decay (with diffusers' (1+n)/(10+n) warm-up cap)."}
+    )
+    save_every: int = field(
+        default=10,
+        metadata={"help": "Checkpoint every N epochs (and after the last); 0 = only the last."},
+    )
+    keep_checkpoints: int = field(
+        default=3, metadata={"help": "Keep at most this many checkpoints (oldest deleted)."}
+    )
+    resume_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Checkpoint folder, or 'latest' for the newest in output_dir/checkpoints."
+        },
+    )
+    num_sample_images: int = field(
+        default=8, metadata={"help": "Training images saved as a grid PNG per epoch (0 disables)."}
+    )
+    tensorboard: bool = field(
+        default=True, metadata={"help": "Write TensorBoard event files to output_dir/tensorboard."}
+    )
+    train: TrainSection = field(
+        default_factory=TrainSection, metadata={"help": "Training sampling section."}
+    )
+    test: EvalSection = field(default_factory=EvalSection, metadata={"help": "Evaluation section."})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.train, TrainSection):
+            self.train = _from_dict(TrainSection, self.train, "train.")
+        if not isinstance(self.test, EvalSection):
+            self.test = _from_dict(EvalSection, self.test, "test.")
+        _check_weights("rewards", self.rewards)
+        choices = {
+            "prompt_format": (self.prompt_format, PROMPT_FORMATS),
+            "dtype": (self.dtype, DTYPES),
+            "mixed_precision": (self.mixed_precision, MIXED_PRECISION),
+            "aggregator": (self.aggregator, tuple(sorted(AGGREGATORS))),
+            "std_scope": (self.std_scope, STD_SCOPES),
+            "normalization": (self.normalization, NORMALIZATIONS),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}; got {value!r}.")
+        if isinstance(self.log_taming_threshold, str):
+            if self.log_taming_threshold not in ("mean", "median"):
+                raise ValueError(
+                    f"log_taming_threshold must be a number, 'mean' or 'median'; got {self.log_taming_threshold!r}."
+                )
+        elif self.log_taming_threshold < 0:
+            raise ValueError(f"log_taming_threshold must be >= 0; got {self.log_taming_threshold}.")
+        positive = {
+            "lora_rank": self.lora_rank,
+            "lora_alpha": self.lora_alpha,
+            "max_epochs": self.max_epochs,
+            "prompts_per_epoch": self.prompts_per_epoch,
+            "sample_batch_size": self.sample_batch_size,
+            "train_batch_size": self.train_batch_size,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "num_inner_epochs": self.num_inner_epochs,
+            "keep_checkpoints": self.keep_checkpoints,
+            "max_sequence_length": self.max_sequence_length,
+        }
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be >= 2 (a group of one has no relative advantage); got {self.group_size}."
+            )
+        if self.learning_rate <= 0 or self.clip_range <= 0 or self.adv_clip_max <= 0:
+            raise ValueError(
+                "learning_rate, clip_range and adv_clip_max must be > 0; got "
+                f"{self.learning_rate}, {self.clip_range}, {self.adv_clip_max}."
+            )
+        if self.beta < 0 or self.std_floor <= 0:
+            raise ValueError(
+                f"beta must be >= 0 and std_floor > 0; got {self.beta}, {self.std_floor}."
+            )
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")
+        if self.save_every < 0 or self.num_sample_images < 0 or self.warmup_steps < 0:
+            raise ValueError("save_every, num_sample_images and warmup_steps must be >= 0.")
+        if not self.lora_target_modules:
+            raise ValueError(
+                "lora_target_modules is empty; list the transformer projections to adapt."
+            )
+        unknown_kwargs = set(self.reward_kwargs) - set(self.rewards)
+        if unknown_kwargs:
+            raise ValueError(
+                f"reward_kwargs names {sorted(unknown_kwargs)} which are not in rewards {sorted(self.rewards)}."
+            )
+
+    # ------------------------------------------------------------------ (de)serialisation
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
+        """Build from a mapping, failing on unknown keys (in the sections too)."""
+        return _from_dict(cls, data, "")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> GRPOConfig:
+        """Load a YAML recipe, then apply ``{"dotted.key": value}`` overrides.
+
+        Example:
+            >>> GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", {"max_epochs": 2})  # doctest: +SKIP
+        """
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a recipe must be a YAML mapping of config fields.")
+        for key, value in (overrides or {}).items():
+            target = data
+            *parents, leaf = key.split(".")
+            for parent in parents:
+                target = target.setdefault(parent, {})
+                if not isinstance(target, dict):
+                    raise ValueError(f"override {key!r}: {parent!r} is not a section.")
+            target[leaf] = value
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save_json(self, path: str | Path) -> None:
+        from paco_grpo import __version__
+
+        payload = {"paco_rl_version": __version__, **self.to_dict()}
+        Path(path).write_text(json.dumps(payload, indent=2, default=str))
+
+
+def _from_dict(cls, data: dict[str, Any], prefix: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"Unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; valid keys: "
+            f"{sorted(prefix + n for n in names)}."
+        )
+    return cls(**data)

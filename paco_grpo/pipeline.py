@@ -1,0 +1,263 @@
+"""Flow-GRPO sampling on top of diffusers' ``FluxPipeline`` components.
+
+:class:`FlowGRPOSampler` reads like ``FluxPipeline.__call__`` (check inputs -> encode
+prompt -> prepare latents -> timesteps -> denoising loop -> decode) and reuses the
+pipeline's own ``encode_prompt``, ``prepare_latents``, latent packing, VAE decode and
+scheduler config, so with ``noise_level = 0`` it returns what ``FluxPipeline`` returns
+for the same seed. At the configured ``noise_steps`` it takes the Flow-GRPO SDE step
+(:func:`paco_grpo.sde.sde_step`) instead and records the latents before/after the
+step and the step's log-probability, which is what the GRPO update re-evaluates.
+
+    >>> from diffusers import FluxPipeline
+    >>> pipe = FluxPipeline.from_pretrained("black-forest-labs/FLUX.1-dev")   # doctest: +SKIP
+    >>> sampler = FlowGRPOSampler(pipe)                                       # doctest: +SKIP
+    >>> out = sampler(["a fox, 2x2 grid"] * 4, height=512, width=512, num_steps=10,
+    ...               noise_level=0.7, noise_steps=[1])                       # doctest: +SKIP
+    >>> out.log_probs.shape                                                   # doctest: +SKIP
+    torch.Size([4, 1])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from paco_grpo.sde import sde_step
+from paco_grpo.timesteps import FluxSchedule, flux_schedule
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FlowGRPOSampler", "PromptEmbeddings", "SampleOutput"]
+
+
+@dataclass
+class PromptEmbeddings:
+    """FLUX text conditioning for a batch: T5 tokens, pooled CLIP, text position ids."""
+
+    prompt_embeds: torch.Tensor
+    pooled_prompt_embeds: torch.Tensor
+    text_ids: torch.Tensor
+
+    def index(self, idx) -> PromptEmbeddings:
+        return PromptEmbeddings(
+            self.prompt_embeds[idx], self.pooled_prompt_embeds[idx], self.text_ids
+        )
+
+
+@dataclass
+class SampleOutput:
+    """One sampled batch.
+
+    Attributes:
+        images: ``(B, 3, H, W)`` float in [0, 1] (``None`` with ``output_type="latent"``).
+        latents: final packed latents ``(B, seq, C)``.
+        noise_latents: ``(B, S, seq, C)`` latents entering each of the ``S`` noise steps.
+        noise_next_latents: ``(B, S, seq, C)`` latents the SDE produced at those steps.
+        log_probs: ``(B, S)`` behaviour-policy log-probabilities of those transitions.
+        noise_steps: the step indices ``S`` refers to.
+        schedule: the timesteps/sigmas used.
+    """
+
+    images: torch.Tensor | None
+    latents: torch.Tensor
+    noise_latents: torch.Tensor
+    noise_next_latents: torch.Tensor
+    log_probs: torch.Tensor
+    noise_steps: list[int]
+    schedule: FluxSchedule
+
+
+class FlowGRPOSampler:
+    """Sampling with recorded SDE transitions, on a ``FluxPipeline``'s components.
+
+    Args:
+        pipe: a ``diffusers.FluxPipeline`` (its transformer may be wrapped with peft LoRA;
+            pass the wrapped module as ``transformer=`` to the calls).
+        max_sequence_length: T5 tokens per prompt (512 for FLUX.1-dev).
+
+    Prompt encodings are cached per prompt text (the text encoders are frozen).
+    """
+
+    def __init__(self, pipe, max_sequence_length: int = 512) -> None:
+        self.pipe = pipe
+        self.max_sequence_length = max_sequence_length
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return self.pipe.vae_scale_factor
+
+    # ------------------------------------------------------------------ building blocks
+    @torch.no_grad()
+    def encode_prompts(self, prompts: Sequence[str], device=None) -> PromptEmbeddings:
+        """Encode prompts with the pipeline's ``encode_prompt``, once per distinct text."""
+        device = device or self.pipe._execution_device
+        missing = [p for p in dict.fromkeys(prompts) if p not in self._cache]
+        if missing:
+            embeds, pooled, _ = self.pipe.encode_prompt(
+                prompt=missing,
+                prompt_2=None,
+                device=device,
+                max_sequence_length=self.max_sequence_length,
+            )
+            for k, p in enumerate(missing):
+                self._cache[p] = (embeds[k], pooled[k])
+        embeds = torch.stack([self._cache[p][0] for p in prompts]).to(device)
+        pooled = torch.stack([self._cache[p][1] for p in prompts]).to(device)
+        text_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=embeds.dtype)
+        return PromptEmbeddings(embeds, pooled, text_ids)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def schedule(self, height: int, width: int, num_steps: int, device=None) -> FluxSchedule:
+        seq = (2 * (height // (self.vae_scale_factor * 2)) // 2) * (
+            2 * (width // (self.vae_scale_factor * 2)) // 2
+        )
+        return flux_schedule(self.pipe.scheduler, num_steps, seq, device=device)
+
+    def latent_ids(self, height: int, width: int, device, dtype) -> torch.Tensor:
+        h = 2 * (height // (self.vae_scale_factor * 2))
+        w = 2 * (width // (self.vae_scale_factor * 2))
+        return self.pipe._prepare_latent_image_ids(1, h // 2, w // 2, device, dtype)
+
+    def velocity(
+        self,
+        transformer,
+        latents: torch.Tensor,
+        timestep: torch.Tensor,
+        cond: PromptEmbeddings,
+        img_ids: torch.Tensor,
+        guidance_scale: float,
+    ) -> torch.Tensor:
+        """The transformer's velocity prediction, called exactly as ``FluxPipeline`` calls it.
+
+        ``timestep`` is in [0, 1000] (one value or one per sample).
+        """
+        batch = latents.shape[0]
+        timestep = timestep.expand(batch).to(latents.dtype) if timestep.ndim == 0 else timestep
+        guidance = None
+        config = transformer.module.config if hasattr(transformer, "module") else transformer.config
+        if config.guidance_embeds:
+            guidance = torch.full([1], guidance_scale, device=latents.device, dtype=torch.float32)
+            guidance = guidance.expand(batch)
+        return transformer(
+            hidden_states=latents,
+            timestep=timestep.to(latents.dtype) / 1000,
+            guidance=guidance,
+            pooled_projections=cond.pooled_prompt_embeds,
+            encoder_hidden_states=cond.prompt_embeds,
+            txt_ids=cond.text_ids,
+            img_ids=img_ids,
+            joint_attention_kwargs={},
+            return_dict=False,
+        )[0]
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Packed latents -> images ``(B, 3, H, W)`` in [0, 1], as ``FluxPipeline`` decodes."""
+        vae = self.pipe.vae
+        latents = self.pipe._unpack_latents(latents, height, width, self.vae_scale_factor)
+        latents = (latents / vae.config.scaling_factor) + vae.config.shift_factor
+        image = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+        return self.pipe.image_processor.postprocess(image, output_type="pt")
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def __call__(
+        self,
+        prompts: Sequence[str],
+        height: int = 512,
+        width: int = 512,
+        num_steps: int = 10,
+        guidance_scale: float = 3.5,
+        noise_level: float = 0.7,
+        noise_steps: Sequence[int] = (1,),
+        generator: torch.Generator | None = None,
+        latents: torch.Tensor | None = None,
+        transformer=None,
+        output_type: str = "pt",
+    ) -> SampleOutput:
+        """Sample one image per prompt (repeat a prompt for a group).
+
+        Args:
+            prompts: one prompt per image.
+            height / width: image size in pixels (multiples of ``2 * vae_scale_factor``).
+            num_steps: denoising steps.
+            guidance_scale: FLUX's embedded guidance.
+            noise_level: ``a`` of the SDE steps.
+            noise_steps: step indices that take the SDE step (and are recorded); every other
+                step is the Euler ODE step. Empty = plain ODE sampling.
+            generator: seeds the initial latents and then the SDE noise.
+            latents: optional packed initial latents.
+            transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
+            output_type: ``"pt"`` (decoded images) or ``"latent"``.
+        """
+        pipe = self.pipe
+        transformer = transformer if transformer is not None else pipe.transformer
+        # 1. Check inputs
+        multiple = self.vae_scale_factor * 2
+        if height % multiple or width % multiple:
+            raise ValueError(
+                f"height and width must be multiples of {multiple}; got {height}x{width}."
+            )
+        noise_steps = sorted(set(int(s) for s in noise_steps))
+        if any(s < 0 or s >= num_steps for s in noise_steps):
+            raise ValueError(f"noise_steps {noise_steps} must lie in [0, {num_steps - 1}].")
+        if output_type not in ("pt", "latent"):
+            raise ValueError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
+        device = pipe._execution_device
+        batch = len(prompts)
+
+        # 2. Encode prompts (cached per prompt text)
+        cond = self.encode_prompts(prompts, device)
+
+        # 3. Prepare latents (diffusers' own, same generator use as FluxPipeline)
+        num_channels_latents = pipe.transformer.config.in_channels // 4
+        latents, img_ids = pipe.prepare_latents(
+            batch,
+            num_channels_latents,
+            height,
+            width,
+            cond.prompt_embeds.dtype,
+            device,
+            generator,
+            latents,
+        )
+
+        # 4. Timesteps (FLUX's resolution-shifted schedule)
+        schedule = flux_schedule(pipe.scheduler, num_steps, latents.shape[1], device=device)
+
+        # 5. Denoising loop: Euler ODE steps, SDE steps at `noise_steps` (recorded)
+        before, after, log_probs = [], [], []
+        for i, t in enumerate(schedule.timesteps):
+            v = self.velocity(transformer, latents, t, cond, img_ids, guidance_scale)
+            sigma, sigma_next = schedule.sigmas[i], schedule.sigmas[i + 1]
+            level = noise_level if i in noise_steps else 0.0
+            new_latents, log_prob, _, _ = sde_step(
+                latents, v, sigma, sigma_next, level, schedule.sigma_max, generator=generator
+            )
+            if i in noise_steps:
+                before.append(latents)
+                after.append(new_latents)
+                log_probs.append(log_prob)
+            latents = new_latents.to(latents.dtype)
+
+        # 6. Decode
+        images = None if output_type == "latent" else self.decode(latents, height, width)
+
+        def stack(items, shape):
+            return torch.stack(items, dim=1) if items else latents.new_zeros(shape)
+
+        return SampleOutput(
+            images=images,
+            latents=latents,
+            noise_latents=stack(before, (batch, 0, *latents.shape[1:])),
+            noise_next_latents=stack(after, (batch, 0, *latents.shape[1:])),
+            log_probs=stack(log_probs, (batch, 0)),
+            noise_steps=noise_steps,
+            schedule=schedule,
+        )

@@ -1,0 +1,152 @@
+"""Reward contract, registry, and the two built-in rewards; prompt loaders."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from paco_grpo.data import load_prompts
+from paco_grpo.rewards import (
+    REWARDS,
+    ConsistencyReward,
+    PanelColourAgreementReward,
+    build_reward,
+    build_rewards,
+)
+from paco_reward.errors import PromptError
+
+
+def _grid(colours, size=16):
+    image = torch.zeros(3, 2 * size, 2 * size)
+    for k, colour in enumerate(colours):
+        r, c = divmod(k, 2)
+        image[:, r * size : (r + 1) * size, c * size : (c + 1) * size] = torch.tensor(colour)[
+            :, None, None
+        ]
+    return image
+
+
+def test_panel_colour_agreement_closed_form():
+    reward = PanelColourAgreementReward()
+    same = _grid([(0.2, 0.4, 0.6)] * 4)
+    two = _grid([(0, 0, 0), (0, 0, 0), (1, 1, 1), (1, 1, 1)])
+    scores = reward([same, two], ["p", "p"], [{}, {}])
+    # 4 of the 6 pairs are black-white (distance sqrt(3)), 2 are equal
+    np.testing.assert_allclose(scores, [1.0, 1.0 - 4 / 6])
+    # PIL and uint8 arrays give the same score
+    pil = Image.fromarray((two.permute(1, 2, 0).numpy() * 255).astype(np.uint8))
+    np.testing.assert_allclose(reward([pil], ["p"], [{}]), [1.0 - 4 / 6])
+
+
+def test_panel_colour_agreement_layout_sources():
+    image = _grid([(0, 0, 0), (1, 1, 1), (0, 0, 0), (1, 1, 1)])  # columns differ, rows agree
+    by_rows = PanelColourAgreementReward(layout=None)(
+        [image, image], ["a 2x1 grid", "a 1x2 grid"], [{}, {}]
+    )
+    np.testing.assert_allclose(by_rows, [1.0, 0.0], atol=1e-6)
+    from_meta = PanelColourAgreementReward(layout="1x2")([image], ["p"], [{"layout": "2x1"}])
+    np.testing.assert_allclose(from_meta, [1.0])
+
+
+def test_failed_item_is_nan_with_a_logged_reason(caplog):
+    reward = PanelColourAgreementReward(layout=None)
+    with caplog.at_level(logging.WARNING, logger="paco_grpo.rewards"):
+        scores = reward([_grid([(0, 0, 0)] * 4)], ["no layout here"], [{}])
+    assert np.isnan(scores[0]) and "No grid layout" in caplog.text
+
+
+def test_consistency_reward_equals_score_grid(tiny_reward):
+    reward = ConsistencyReward(tiny_reward)
+    rng = np.random.default_rng(0)
+    grids = [torch.as_tensor(rng.uniform(0, 1, (3, 64, 64)), dtype=torch.float32) for _ in range(2)]
+    prompt = "FOUR-PANEL Images with a 2x2 grid layout. A fox. [TOP]-[LEFT]: sleeping."
+    scores = reward(grids, [prompt, prompt], [{"layout": "2x2"}, {}])
+    expected = [tiny_reward.score_grid(g, prompt).mean for g in grids]
+    np.testing.assert_allclose(scores, expected, rtol=1e-6)
+    assert scores[0] != scores[1]
+    bad = reward([grids[0][:, :63, :]], ["p"], [{"layout": "2x2"}])  # 63 rows: not divisible
+    assert np.isnan(bad[0])
+
+
+def test_registry_resolves_names_and_lists_valid_ones():
+    assert set(REWARDS) >= {"consistency", "panel_colour_agreement"}
+    assert isinstance(
+        build_reward("panel_colour_agreement", layout="1x2"), PanelColourAgreementReward
+    )
+    with pytest.raises(
+        ValueError, match=r"Unknown reward 'clip_tt'; valid rewards: \['consistency'"
+    ):
+        build_reward("clip_tt")
+    with pytest.raises(ValueError, match=r"Unknown reward\(s\) \['nope'\]"):
+        build_rewards({"nope": 1.0, "panel_colour_agreement": 1.0})
+
+
+def test_load_t2is_and_text(tmp_path):
+    items = load_prompts("recipes/data/t2is_train_metadata.jsonl")
+    assert len(items) == 150 and len({i.id for i in items}) == 150
+    first = items[0]
+    assert first.id == "0003" and first.metadata["layout"] == "2x2"
+    assert len(first.metadata["panel_prompts"]) == 4 and first.height == 1024
+    text = tmp_path / "p.txt"
+    text.write_text("a fox\n\n a bird \n")
+    assert [(i.id, i.prompt) for i in load_prompts(text)] == [("0", "a fox"), ("2", "a bird")]
+
+
+def test_load_parquet_prompt_image_pairs(tmp_path):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), (255, 0, 0)).save(buffer, format="PNG")
+    pq.write_table(
+        pa.table(
+            {"prompt": ["make it blue"], "image": [{"bytes": buffer.getvalue(), "path": None}]}
+        ),
+        tmp_path / "edit.parquet",
+    )
+    (item,) = load_prompts(tmp_path / "edit.parquet")
+    assert item.prompt == "make it blue" and item.metadata["source_image"].size == (8, 6)
+    pq.write_table(
+        pa.table({"prompt": ["x"], "image": [b"not an image"]}), tmp_path / "bad.parquet"
+    )
+    with pytest.raises(PromptError, match="not a decodable image"):
+        load_prompts(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"prompt": ["x"], "image": [None]}), tmp_path / "none.parquet")
+    with pytest.raises(PromptError, match="has no 'image'"):
+        load_prompts(tmp_path / "none.parquet")
+    pq.write_table(pa.table({"prompt": [""], "image": [b""]}), tmp_path / "np.parquet")
+    with pytest.raises(PromptError, match="row 0 needs a non-empty 'prompt'"):
+        load_prompts(tmp_path / "np.parquet")
+
+
+def test_prompt_loader_errors(tmp_path):
+    with pytest.raises(PromptError, match="No prompt file"):
+        load_prompts(tmp_path / "missing.txt")
+    empty = tmp_path / "e.txt"
+    empty.write_text("\n")
+    with pytest.raises(PromptError, match="no prompts found"):
+        load_prompts(empty)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text("{not json}\n")
+    with pytest.raises(PromptError, match="b.jsonl:1: not valid JSON"):
+        load_prompts(bad)
+    bad.write_text(json.dumps({"idx": "1"}) + "\n")
+    with pytest.raises(PromptError, match="needs a non-empty 'prompt'"):
+        load_prompts(bad)
+    bad.write_text(
+        json.dumps({"idx": "1", "prompt": "a"})
+        + "\n"
+        + json.dumps({"idx": "1", "prompt": "b"})
+        + "\n"
+    )
+    with pytest.raises(PromptError, match=r"duplicate prompt ids \['1'\]"):
+        load_prompts(bad)
+    with pytest.raises(PromptError, match="prompt format must be"):
+        load_prompts(empty, format="csv")

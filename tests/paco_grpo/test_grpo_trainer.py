@@ -1,0 +1,321 @@
+"""GRPOTrainer on the tiny FLUX: learning, on-policy ratio, resume, EMA eval, logs, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.grpo_trainer import GRPOTrainer, grpo_loss
+from paco_reward.testing.flux import build_tiny_flux
+
+RECIPE = "recipes/grpo_tiny_cpu.yaml"
+REWARD = "reward/panel_colour_agreement/mean"
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory):
+    return build_tiny_flux(tmp_path_factory.mktemp("tiny-flux") / "flux", seed=0)
+
+
+def _config(flux_dir, out, **overrides) -> GRPOConfig:
+    base = {"model_name_or_path": str(flux_dir), "output_dir": str(out), "tensorboard": False}
+    base.update(overrides)
+    return GRPOConfig.from_yaml(RECIPE, base)
+
+
+def test_grpo_loss_closed_form():
+    old = torch.zeros(4)
+    log_prob = torch.log(torch.tensor([1.5, 0.5, 1.5, 0.5]))  # ratios 1.5, 0.5, 1.5, 0.5
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    mean, ref, std = torch.ones(4, 2, 3), torch.zeros(4, 2, 3), torch.full((4, 1, 1), 0.5)
+    out = grpo_loss(log_prob, old, adv, mean, ref, std, clip_range=0.2, beta=0.1)
+    # max(-A r, -A clip(r)): A>0 -> -min(r, clip) = -1.2, -0.5; A<0 -> max(r, clip) = 1.5, 0.8
+    expected_policy = np.mean([-1.2, -0.5, 1.5, 0.8])
+    assert float(out["policy_loss"]) == pytest.approx(expected_policy)
+    np.testing.assert_allclose(out["kl"].numpy(), [2.0] * 4)  # 1 / (2 * 0.25)
+    assert float(out["loss"]) == pytest.approx(expected_policy + 0.1 * 2.0)
+    assert out["clip_fraction"].tolist() == [1.0, 1.0, 1.0, 1.0]
+    # gradient flows only through unclipped terms
+    lp = log_prob.clone().requires_grad_(True)
+    grpo_loss(lp, old, adv, mean, ref, std, 0.2, 0.0)["loss"].backward()
+    np.testing.assert_allclose(lp.grad.numpy(), [0.0, -0.5 / 4, 1.5 / 4, 0.0], atol=1e-7)
+
+
+@pytest.mark.slow
+def test_tiny_recipe_learns_panel_colour_agreement(flux_dir, tmp_path):
+    cfg = _config(flux_dir, tmp_path, **{"test.every": 0, "num_sample_images": 0, "save_every": 0})
+    trainer = GRPOTrainer(cfg)
+    before = [p.detach().clone() for p in trainer.params]
+    history = trainer.train()
+    rewards = [row[REWARD] for row in history]
+    assert len(rewards) == cfg.max_epochs
+    first, last = np.mean(rewards[:2]), np.mean(rewards[-3:])
+    # reward std within an epoch is ~0.02, the standard error of an epoch mean ~0.003
+    assert last - first > 0.015, rewards
+    assert all(np.isfinite(row["train/loss"]) for row in history)
+    changed = [not torch.equal(a, b) for a, b in zip(before, trainer.params)]
+    assert all(changed), f"{changed.count(False)} of {len(changed)} LoRA tensors never moved"
+
+
+def test_first_update_is_on_policy_and_metrics_are_logged(flux_dir, tmp_path):
+    cfg = _config(
+        flux_dir,
+        tmp_path,
+        **{
+            "max_epochs": 1,
+            "test.every": 1,
+            "test.num_prompts": 3,
+            "test.batch_size": 2,
+            "tensorboard": True,
+            "num_inner_epochs": 1,
+            "train_batch_size": 8,
+        },
+    )
+    history = GRPOTrainer(cfg).train()
+    row = history[0]
+    assert row["train/ratio_first_update_max_dev"] < 1e-5
+    assert row["train/ratio_first_update"] == pytest.approx(1.0, abs=1e-6)
+    for key in (
+        "reward/panel_colour_agreement/std",
+        "advantages/std",
+        "train/clip_fraction",
+        "train/kl",
+        "group_std/mean",
+        "group_std/zero_fraction",
+        "time/sampling",
+        "time/reward",
+        "time/training",
+        "train/resolution",
+        "eval/resolution",
+    ):
+        assert key in row and np.isfinite(row[key]), key
+    assert row["train/kl"] >= 0.0  # computed (and logged) at beta = 0
+    # evaluation: 3 prompts in batches of 2 over 1 process -> 3 images, no padded duplicate
+    assert row["eval/num_images"] == 3 and row["eval/resolution"] == 64
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["epoch"] == 0
+    assert (tmp_path / "reward_curve.png").stat().st_size > 1000
+    assert list((tmp_path / "tensorboard").glob("events.*"))
+    assert (tmp_path / "samples" / "train_epoch_00000.png").is_file()
+    assert (tmp_path / "samples" / "eval_epoch_00000.png").is_file()
+    ckpt = tmp_path / "checkpoints" / "checkpoint-00001"
+    assert (ckpt / "pytorch_lora_weights.safetensors").is_file() and (
+        ckpt / "trainer_state.pt"
+    ).is_file()
+
+
+def test_resume_is_bit_for_bit_and_keeps_last_checkpoints(flux_dir, tmp_path):
+    common = {
+        "max_epochs": 3,
+        "save_every": 1,
+        "keep_checkpoints": 2,
+        "test.every": 0,
+        "num_inner_epochs": 1,
+        "num_sample_images": 0,
+    }
+    straight = GRPOTrainer(_config(flux_dir, tmp_path / "a", **common)).train()
+    kept = sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir())
+    assert kept == ["checkpoint-00002", "checkpoint-00003"]
+
+    resumed_trainer = GRPOTrainer(
+        _config(
+            flux_dir,
+            tmp_path / "b",
+            resume_from=str(tmp_path / "a" / "checkpoints" / "checkpoint-00002"),
+            **common,
+        )
+    )
+    assert resumed_trainer.start_epoch == 2
+    resumed = resumed_trainer.train()
+    assert [r["epoch"] for r in resumed] == [2]
+    for key, value in straight[2].items():
+        if not key.startswith("time/"):
+            assert resumed[0][key] == value, key
+    a = load_file(
+        tmp_path / "a" / "checkpoints" / "checkpoint-00003" / "pytorch_lora_weights.safetensors"
+    )
+    b = load_file(
+        tmp_path / "b" / "checkpoints" / "checkpoint-00003" / "pytorch_lora_weights.safetensors"
+    )
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    sa = torch.load(
+        tmp_path / "a" / "checkpoints" / "checkpoint-00003" / "trainer_state.pt", weights_only=False
+    )
+    sb = torch.load(
+        tmp_path / "b" / "checkpoints" / "checkpoint-00003" / "trainer_state.pt", weights_only=False
+    )
+    assert all(
+        torch.equal(x, y) for x, y in zip(sa["ema"]["shadow_params"], sb["ema"]["shadow_params"])
+    )
+
+
+def test_checkpoint_lora_loads_into_flux_pipeline(flux_dir, tmp_path):
+    from diffusers import FluxPipeline
+
+    trainer = GRPOTrainer(
+        _config(flux_dir, tmp_path, **{"max_epochs": 1, "test.every": 0, "num_inner_epochs": 1})
+    )
+    trainer.train()
+    pipe = FluxPipeline.from_pretrained(flux_dir)
+    pipe.load_lora_weights(tmp_path / "checkpoints" / "checkpoint-00001")
+    ours = {k: v for k, v in trainer.transformer.state_dict().items() if "lora" in k}
+    theirs = {k: v for k, v in pipe.transformer.state_dict().items() if "lora" in k}
+    assert len(ours) == len(theirs) > 0
+    for (ka, va), (kb, vb) in zip(sorted(ours.items()), sorted(theirs.items())):
+        assert torch.equal(va, vb), (ka, kb)
+
+
+def test_resume_latest_without_checkpoint_fails(flux_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        GRPOTrainer(_config(flux_dir, tmp_path, resume_from="latest"))
+    with pytest.raises(FileNotFoundError, match="is not a checkpoint folder"):
+        GRPOTrainer(_config(flux_dir, tmp_path, resume_from=str(tmp_path)))
+
+
+def test_trainer_rejects_bad_setup(flux_dir, tmp_path):
+    with pytest.raises(ValueError, match="match no module of the transformer"):
+        GRPOTrainer(_config(flux_dir, tmp_path, lora_target_modules=["nonexistent_proj"]))
+    with pytest.raises(ValueError, match="but no such reward was passed"):
+        GRPOTrainer(_config(flux_dir, tmp_path), rewards={})
+
+
+class _FlakyReward:
+    """Panel-colour agreement, but the first image of every call fails (NaN)."""
+
+    def __init__(self):
+        from paco_grpo.rewards import PanelColourAgreementReward
+
+        self.inner = PanelColourAgreementReward()
+
+    def __call__(self, images, prompts, metadata):
+        scores = self.inner(images, prompts, metadata)
+        scores[0] = np.nan
+        return scores
+
+
+def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    rows = [
+        {"idx": "a", "prompt": "a 2x2 grid of foxes", "layout": "2x2", "height": 32, "width": 32},
+        {"idx": "b", "prompt": "a 2x2 grid of birds", "layout": "2x2", "height": 64, "width": 32},
+    ]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _config(
+        flux_dir,
+        tmp_path / "out",
+        **{
+            "prompt_file": str(prompts),
+            "item_resolution_overrides": True,
+            "max_epochs": 1,
+            "prompts_per_epoch": 2,
+            "group_size": 4,
+            "sample_batch_size": 8,
+            "train_batch_size": 8,
+            "num_inner_epochs": 1,
+            "test.every": 0,
+        },
+    )
+    trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _FlakyReward()})
+    samples, rewards, group_ids, _ = trainer.sample_epoch(0)
+    sizes = sorted({s["size"] for s in samples})
+    assert sizes == [(32, 32), (64, 32)]
+    assert {s["latents"].shape[1] for s in samples} == {4, 8}  # packed tokens per size
+    # one failed image per sampling call (one call per size here)
+    assert int(np.isnan(rewards["panel_colour_agreement"]).sum()) == 2
+    row = trainer.run_epoch(0)
+    assert row["reward/num_failed"] == 2 and np.isfinite(row["train/loss"])
+    assert all(
+        len(b) and len({samples[i]["size"] for i in b}) == 1
+        for b in trainer._minibatches(samples, 0, 0)
+    )
+
+
+@pytest.mark.slow
+def test_two_processes_gather_rewards_and_eval_without_duplicates(flux_dir, tmp_path):
+    """torchrun + gloo on CPU: rewards gathered for the advantages, 3 eval prompts over 2
+    processes give 3 images (gather_for_metrics drops the padded duplicate)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.getcwd(),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "paco_grpo.cli",
+        "train",
+        RECIPE,
+        "--model_name_or_path",
+        str(flux_dir),
+        "--output_dir",
+        str(tmp_path),
+        "--max_epochs",
+        "1",
+        "--test.every",
+        "1",
+        "--test.num_prompts",
+        "3",
+        "--test.batch_size",
+        "1",
+        "--num_inner_epochs",
+        "1",
+        "--tensorboard",
+        "false",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert row["eval/num_images"] == 3
+    assert row["train/ratio_first_update_max_dev"] < 1e-5
+    assert proc.stdout.count("epoch 0: reward/panel_colour_agreement/mean=") == 1
+
+
+def test_evaluation_uses_ema_weights_and_restores_training_weights(flux_dir, tmp_path):
+    cfg = _config(
+        flux_dir,
+        tmp_path,
+        **{
+            "max_epochs": 1,
+            "test.every": 0,
+            "num_inner_epochs": 2,
+            "ema_decay": 0.5,
+            "test.num_prompts": 2,
+            "test.batch_size": 2,
+            "num_sample_images": 0,
+        },
+    )
+    trainer = GRPOTrainer(cfg)
+    trainer.train()
+    trained = [p.detach().clone() for p in trainer.params]
+    assert any(not torch.equal(s, p) for s, p in zip(trainer.ema.shadow_params, trained))
+    with_ema = trainer.evaluate(0)
+    assert all(torch.equal(p, q) for p, q in zip(trainer.params, trained))  # restored
+    # the same evaluation with the EMA weights copied in by hand and EMA switched off
+    trainer.ema.copy_to(trainer.params)
+    trainer.ema = None
+    by_hand = trainer.evaluate(0)
+    assert (
+        with_ema["eval/reward/panel_colour_agreement/mean"]
+        == by_hand["eval/reward/panel_colour_agreement/mean"]
+    )
+    for p, q in zip(trainer.params, trained):
+        p.data.copy_(q)
+    raw = trainer.evaluate(0)
+    assert (
+        raw["eval/reward/panel_colour_agreement/mean"]
+        != with_ema["eval/reward/panel_colour_agreement/mean"]
+    )
