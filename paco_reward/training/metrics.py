@@ -19,7 +19,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (as ``scipy.stats.rankdata``)."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
 
 
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -29,7 +38,7 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     positives, negatives = int(labels.sum()), int((~labels).sum())
     if positives == 0 or negatives == 0:
         return math.nan
-    ranks = rankdata(scores)
+    ranks = _average_ranks(scores)
     u = ranks[labels].sum() - positives * (positives + 1) / 2
     return float(u / (positives * negatives))
 

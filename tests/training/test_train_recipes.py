@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -125,3 +126,12 @@ def test_accelerate_configs():
             "zero_stage", config["distributed_type"]
         )
     assert stages == {"zero2": 2, "zero3": 3, "fsdp": "FSDP"}
+
+
+def test_roc_auc_matches_the_pairwise_definition_with_ties():
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 4, 40).astype(float)
+    labels = rng.integers(0, 2, 40)
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    expected = np.mean([(p > n) + 0.5 * (p == n) for p in pos for n in neg])
+    assert roc_auc(scores, labels) == pytest.approx(expected)
