@@ -5,7 +5,10 @@ Per epoch (one "round"):
 1. **Sample** ``group_size`` images for each of ``prompts_per_epoch`` prompts with the
    current (behaviour) policy, SDE noise only at ``train.noise_steps``, recording the
    latents before/after those steps and their log-probabilities.
-2. **Reward** every image with each configured reward (NaN = failed item).
+2. **Reward** every image with each configured reward (NaN = failed item); with
+   ``async_rewards`` (default) a batch is scored on a background event loop while the next
+   one is sampled (:mod:`paco_grpo.async_rewards`), and ``time/reward_wait`` /
+   ``time/reward_share`` log how much of the step was spent waiting on rewards.
 3. **Advantages**: aggregate the rewards (log taming by default), centre per prompt
    group, scale by the global or per-group std; gathered over all processes.
 4. **Train** only the noise steps with the clipped PPO objective (advantages clipped to
@@ -38,6 +41,7 @@ import numpy as np
 import torch
 
 from paco_grpo.advantages import compute_advantages
+from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
 from paco_grpo.data import PromptItem, load_prompts
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipeline import FlowGRPOSampler
@@ -208,29 +212,30 @@ class GRPOTrainer:
         return default, default
 
     # ================================================================== rewards
+    @staticmethod
+    def _reward_inputs(images, items: list[PromptItem]) -> tuple[list, list[str], list[dict]]:
+        """What a reward sees: float CHW CPU images in [0, 1], prompt texts, item metadata."""
+        return (
+            [img.detach().float().cpu() for img in images],
+            [it.prompt for it in items],
+            [it.metadata for it in items],
+        )
+
     def compute_rewards(
         self, rewards: dict[str, Reward], images: torch.Tensor, items: list[PromptItem]
     ) -> dict[str, np.ndarray]:
-        """Run each reward on a batch of images (float CHW in [0, 1])."""
-        pics = [img.float().cpu() for img in images]
-        prompts = [it.prompt for it in items]
-        metadata = [it.metadata for it in items]
-        out = {}
-        for name, reward in rewards.items():
-            scores = np.asarray(reward(pics, prompts, metadata), dtype=np.float64)
-            if scores.shape != (len(pics),):
-                raise ValueError(
-                    f"reward {name!r} returned shape {scores.shape}; expected ({len(pics)},)."
-                )
-            out[name] = scores
-        return out
+        """Run each reward on a batch of images (float CHW in [0, 1]) in this thread."""
+        return compute_rewards(rewards, *self._reward_inputs(images, items)).scores
 
     # ================================================================== sampling
     def sample_epoch(self, epoch: int) -> tuple[list[dict], dict[str, np.ndarray], list[int], dict]:
         """Sample this process's share of the epoch and score it.
 
-        Returns ``(samples, rewards, group_ids, timings)``: one dict per sample with its
-        recorded transition; rewards ``{name: (n,)}``; the prompt index of each sample.
+        With ``async_rewards`` each batch's rewards are computed on a background event loop
+        while the next batch is sampled; only the time spent blocked on them counts as
+        ``reward_wait``. Returns ``(samples, rewards, group_ids, timings)``: one dict per
+        sample with its recorded transition; rewards ``{name: (n,)}``; the prompt index of
+        each sample; timings ``sampling``, ``reward_wait`` and ``reward_compute`` (seconds).
         """
         cfg, tc = self.config, self.config.train
         rng = np.random.default_rng(_seed(cfg.seed, epoch))
@@ -245,60 +250,75 @@ class GRPOTrainer:
         generator = torch.Generator(self.accelerator.device).manual_seed(
             _seed(cfg.seed, epoch, self.rank, 1)
         )
-        samples, rewards, timings = (
-            [],
-            {n: [] for n in self.rewards},
-            {"sampling": 0.0, "reward": 0.0},
-        )
+        samples, pending = [], []  # pending: one RewardBatch (sync) or future (async) per batch
+        timings = {"sampling": 0.0, "reward_wait": 0.0, "reward_compute": 0.0}
         self._epoch_images = []
         unwrapped = self.accelerator.unwrap_model(self.model)
         unwrapped.eval()
-        for start in range(0, len(flat), cfg.sample_batch_size):
-            chunk = flat[start : start + cfg.sample_batch_size]
-            sizes = {self._resolution(self.items[i], tc.resolution) for i in chunk}
-            for size in sorted(sizes):
-                part = [i for i in chunk if self._resolution(self.items[i], tc.resolution) == size]
-                t0 = time.perf_counter()
-                with self.accelerator.autocast():
-                    out = self.sampler(
-                        [self.items[i].prompt for i in part],
-                        height=size[0],
-                        width=size[1],
-                        num_steps=tc.num_steps,
-                        guidance_scale=tc.guidance_scale,
-                        noise_level=tc.noise_level,
-                        noise_steps=tc.noise_steps,
-                        generator=generator,
-                        transformer=unwrapped,
-                    )
-                t1 = time.perf_counter()
-                scores = self.compute_rewards(
-                    self.rewards, out.images, [self.items[i] for i in part]
-                )
-                timings["sampling"] += t1 - t0
-                timings["reward"] += time.perf_counter() - t1
-                for name in rewards:
-                    rewards[name].append(scores[name])
-                if len(self._epoch_images) < cfg.num_sample_images:
-                    self._epoch_images.extend(
-                        out.images[: cfg.num_sample_images - len(self._epoch_images)]
-                    )
-                for b, item_index in enumerate(part):
-                    samples.append(
-                        {
-                            "item": item_index,
-                            "size": size,
-                            "latents": out.noise_latents[b].detach(),
-                            "next_latents": out.noise_next_latents[b].detach(),
-                            "log_probs": out.log_probs[b].detach().float(),
-                            "timesteps": out.schedule.timesteps[out.noise_steps],
-                            "sigmas": out.schedule.sigmas[out.noise_steps],
-                            "sigmas_next": out.schedule.sigmas[[s + 1 for s in out.noise_steps]],
-                            "sigma_max": out.schedule.sigma_max,
-                        }
-                    )
-        rewards = {n: np.concatenate(v) for n, v in rewards.items()}
+        runner = AsyncRewardRunner(self.rewards) if cfg.async_rewards else None
+        try:
+            for start in range(0, len(flat), cfg.sample_batch_size):
+                chunk = flat[start : start + cfg.sample_batch_size]
+                sizes = {self._resolution(self.items[i], tc.resolution) for i in chunk}
+                for size in sorted(sizes):
+                    part = [
+                        i for i in chunk if self._resolution(self.items[i], tc.resolution) == size
+                    ]
+                    t0 = time.perf_counter()
+                    with self.accelerator.autocast():
+                        out = self.sampler(
+                            [self.items[i].prompt for i in part],
+                            height=size[0],
+                            width=size[1],
+                            num_steps=tc.num_steps,
+                            guidance_scale=tc.guidance_scale,
+                            noise_level=tc.noise_level,
+                            noise_steps=tc.noise_steps,
+                            generator=generator,
+                            transformer=unwrapped,
+                        )
+                    t1 = time.perf_counter()
+                    inputs = self._reward_inputs(out.images, [self.items[i] for i in part])
+                    if runner is None:
+                        pending.append(compute_rewards(self.rewards, *inputs))
+                    else:
+                        pending.append(runner.submit(*inputs))
+                        runner.raise_if_failed()  # a failed earlier batch stops the epoch now
+                    timings["sampling"] += t1 - t0
+                    timings["reward_wait"] += time.perf_counter() - t1
+                    self._record(samples, out, part, size)
+            t2 = time.perf_counter()
+            batches = [p if runner is None else p.result() for p in pending]
+            timings["reward_wait"] += time.perf_counter() - t2
+        finally:
+            if runner is not None:
+                runner.close()
+        timings["reward_compute"] = sum(b.seconds for b in batches)
+        rewards = {
+            n: np.concatenate([b.scores[n] for b in batches]) if batches else np.zeros(0)
+            for n in self.rewards
+        }
         return samples, rewards, [s["item"] for s in samples], timings
+
+    def _record(self, samples: list[dict], out, part: list[int], size: tuple[int, int]) -> None:
+        """Append one sample per image of a sampling batch (its recorded noise-step transition)."""
+        cfg = self.config
+        if len(self._epoch_images) < cfg.num_sample_images:
+            self._epoch_images.extend(out.images[: cfg.num_sample_images - len(self._epoch_images)])
+        for b, item_index in enumerate(part):
+            samples.append(
+                {
+                    "item": item_index,
+                    "size": size,
+                    "latents": out.noise_latents[b].detach(),
+                    "next_latents": out.noise_next_latents[b].detach(),
+                    "log_probs": out.log_probs[b].detach().float(),
+                    "timesteps": out.schedule.timesteps[out.noise_steps],
+                    "sigmas": out.schedule.sigmas[out.noise_steps],
+                    "sigmas_next": out.schedule.sigmas[[s + 1 for s in out.noise_steps]],
+                    "sigma_max": out.schedule.sigma_max,
+                }
+            )
 
     # ================================================================== training
     def _transition(self, model, batch: dict, j: int):
@@ -492,6 +512,7 @@ class GRPOTrainer:
         """Sample, reward, compute advantages and train for one epoch; returns its metrics
         (no evaluation, logging or checkpointing)."""
         cfg = self.config
+        t0 = time.perf_counter()
         samples, rewards, group_ids, timings = self.sample_epoch(epoch)
         # gather rewards and prompt ids from all processes (equal sizes by construction)
         device = self.accelerator.device
@@ -532,11 +553,17 @@ class GRPOTrainer:
                 "reward/num_failed": result.num_failed,
                 **{f"reward/{n}/log_tamed": int(v) for n, v in result.tamed.items()},
                 **train_stats,
+                **{f"reward/{n}/num_nan": int(np.isnan(v).sum()) for n, v in all_rewards.items()},
                 "time/sampling": timings["sampling"],
-                "time/reward": timings["reward"],
+                "time/reward": timings["reward_wait"],
+                "time/reward_wait": timings["reward_wait"],
+                "time/reward_compute": timings["reward_compute"],
                 "time/training": t2 - t1,
             }
         )
+        step = time.perf_counter() - t0
+        metrics["time/step"] = step
+        metrics["time/reward_share"] = timings["reward_wait"] / step if step > 0 else 0.0
         return metrics
 
     def train(self) -> list[dict]:
