@@ -7,7 +7,7 @@ server. By default the cost per image equals the measured sampling cost per imag
 evaluator judging the 6 panel pairs of a grid costs about as much as sampling it).
 
 The same trainer runs the same epoch with ``async_rewards`` off, then on, in one run,
-and the table shows per mode: step time, sampling, reward wait (time the trainer was
+and the table shows per mode (mean over ``--repeats`` epochs, the modes alternating): step time, sampling, reward wait (time the trainer was
 blocked on rewards), reward compute, training, and ``reward share = wait / step``.
 Goal: the asynchronous share <= 10 %. The scores of the two modes must be identical.
 
@@ -93,6 +93,56 @@ def _config(model: str, out: Path, args):
     )
 
 
+def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
+    """Warm up, set the reward cost, check sync == async scores, time both modes."""
+    import torch
+    from diffusers import FluxPipeline
+
+    from paco_grpo.grpo_trainer import GRPOTrainer
+    from paco_reward.testing.flux import build_tiny_flux
+
+    model = args.model or str(build_tiny_flux(tmp / "flux", seed=0))
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(args.device)
+    reward = KnownCostReward(0.0)
+    trainer = GRPOTrainer(_config(model, tmp, args), rewards={"known_cost": reward}, pipeline=pipe)
+    images = args.prompts * args.group_size
+
+    trainer.config.async_rewards = False
+    warm = trainer.run_epoch(0)  # warm-up, and the sampling cost the reward is matched to
+    reward.seconds_per_item = (
+        args.seconds_per_item
+        if args.seconds_per_item is not None
+        else args.cost_ratio * warm["time/sampling"] / images
+    )
+    scores = {}
+    for mode in ("sync", "async"):  # the same samples (same weights, same seed) in both modes
+        trainer.config.async_rewards = mode == "async"
+        scores[mode] = trainer.sample_epoch(1)[1]["known_cost"]
+    identical = bool(np.array_equal(scores["sync"], scores["async"]))
+
+    keys = {
+        "step_s": "time/step",
+        "sampling_s": "time/sampling",
+        "reward_wait_s": "time/reward_wait",
+        "reward_compute_s": "time/reward_compute",
+        "training_s": "time/training",
+    }
+    runs = {"sync": [], "async": []}
+    for repeat in range(args.repeats):  # alternate the modes so load drift hits both alike
+        for mode in ("sync", "async"):
+            trainer.config.async_rewards = mode == "async"
+            metrics = trainer.run_epoch(2 + repeat)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            runs[mode].append(metrics)
+    rows = {}
+    for mode, epochs in runs.items():
+        rows[mode] = {k: float(np.mean([m[key] for m in epochs])) for k, key in keys.items()}
+        rows[mode]["reward_share"] = rows[mode]["reward_wait_s"] / rows[mode]["step_s"]
+    return rows, reward, identical
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="FluxPipeline folder (default: build the tiny FLUX)")
@@ -108,66 +158,25 @@ def main(argv: list[str] | None = None) -> dict:
         help="reward cost per image (default: the measured sampling cost per image x --cost-ratio)",
     )
     parser.add_argument("--cost-ratio", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=2, help="epochs per mode (alternating)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    import torch
-    from diffusers import FluxPipeline
-
-    from paco_grpo.grpo_trainer import GRPOTrainer
-    from paco_reward.testing.flux import build_tiny_flux
-
-    tmp = Path(tempfile.mkdtemp(prefix="grpo-overlap-"))
-    model = args.model or str(build_tiny_flux(tmp / "flux", seed=0))
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(args.device)
-    reward = KnownCostReward(0.0)
-    trainer = GRPOTrainer(_config(model, tmp, args), rewards={"known_cost": reward}, pipeline=pipe)
+    with tempfile.TemporaryDirectory(prefix="grpo-overlap-") as tmp:
+        rows, reward, identical = _measure(Path(tmp), args)
     images = args.prompts * args.group_size
-
-    trainer.config.async_rewards = False
-    warm = trainer.run_epoch(0)  # warm-up, and the sampling cost the reward is matched to
-    reward.seconds_per_item = (
-        args.seconds_per_item
-        if args.seconds_per_item is not None
-        else args.cost_ratio * warm["time/sampling"] / images
-    )
-
-    scores = {}
-    for mode in ("sync", "async"):  # the same samples (same weights, same seed) in both modes
-        trainer.config.async_rewards = mode == "async"
-        scores[mode] = trainer.sample_epoch(1)[1]
-    rows = {}
-    for mode in ("sync", "async"):
-        trainer.config.async_rewards = mode == "async"
-        metrics = trainer.run_epoch(1)
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-        rows[mode] = {
-            "step_s": metrics["time/step"],
-            "sampling_s": metrics["time/sampling"],
-            "reward_wait_s": metrics["time/reward_wait"],
-            "reward_compute_s": metrics["time/reward_compute"],
-            "training_s": metrics["time/training"],
-            "reward_share": metrics["time/reward_share"],
-        }
-    identical = bool(np.array_equal(scores["sync"]["known_cost"], scores["async"]["known_cost"]))
     batches = -(-images // args.batch_size)
     print(
-        f"PaCo-GRPO epoch: {images} images in {batches} sampling batches on {args.device}; "
+        f"PaCo-GRPO epoch: {images} images in {batches} sampling batches on {args.device} "
+        f"(mean of {args.repeats} epochs per mode); "
         f"reward cost {reward.seconds_per_item * 1e3:.1f} ms per image "
         f"({reward.seconds_per_item * images:.2f} s per epoch, known)"
     )
     header = ("mode", "step", "sampling", "reward wait", "reward compute", "training", "share")
     print("  ".join(f"{h:>14}" for h in header))
     for mode, r in rows.items():
-        cells = [
-            r["step_s"],
-            r["sampling_s"],
-            r["reward_wait_s"],
-            r["reward_compute_s"],
-            r["training_s"],
-        ]
+        cells = [r["step_s"], r["sampling_s"], r["reward_wait_s"], r["reward_compute_s"]]
+        cells.append(r["training_s"])
         print(
             f"{mode:>14}  "
             + "  ".join(f"{c:>13.3f}s" for c in cells)

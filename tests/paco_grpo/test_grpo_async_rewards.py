@@ -197,3 +197,23 @@ def test_async_rewards_config_validation(tmp_path):
         GRPOConfig(**base, async_rewards="yes")
     with pytest.raises(ValueError, match="reward_kwargs values must be mappings"):
         GRPOConfig(**base, reward_kwargs={"clip_t": "laion"})
+
+
+def test_overlap_benchmark_runs_and_scores_identically(tmp_path, capsys):
+    import json
+
+    from benchmarks.grpo_reward_overlap import main
+
+    out = tmp_path / "overlap.json"
+    result = main(
+        ["--prompts", "2", "--group-size", "2", "--batch-size", "1", "--steps", "2"]
+        + ["--resolution", "32", "--seconds-per-item", "0.01", "--repeats", "1", "--json", str(out)]
+    )
+    assert result["scores_identical"] and json.loads(out.read_text())["batches"] == 4
+    for mode in ("sync", "async"):
+        assert 0 <= result["rows"][mode]["reward_share"] < 1
+    # synchronous scoring waits for every batch's known cost (4 images x 10 ms)
+    assert result["rows"]["sync"]["reward_wait_s"] >= 0.04
+    assert "reward share: sync" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="seconds_per_item must be >= 0"):
+        KnownCostReward(-1.0)
