@@ -232,11 +232,20 @@ class GRPOTrainer:
         """Sample this process's share of the epoch and score it.
 
         With ``async_rewards`` each batch's rewards are computed on a background event loop
-        while the next batch is sampled; only the time spent blocked on them counts as
-        ``reward_wait``. Returns ``(samples, rewards, group_ids, timings)``: one dict per
-        sample with its recorded transition; rewards ``{name: (n,)}``; the prompt index of
-        each sample; timings ``sampling``, ``reward_wait`` and ``reward_compute`` (seconds).
+        (:class:`~paco_grpo.async_rewards.AsyncRewardRunner`) while the next batch is sampled;
+        only the time spent blocked on them counts as ``reward_wait``. Returns ``(samples,
+        rewards, group_ids, timings)``: one dict per sample with its recorded transition;
+        rewards ``{name: (n,)}``; the prompt index of each sample; timings ``sampling``,
+        ``reward_wait`` and ``reward_compute`` in seconds.
         """
+        runner = AsyncRewardRunner(self.rewards) if self.config.async_rewards else None
+        try:
+            return self._sample_epoch(epoch, runner)
+        finally:
+            if runner is not None:
+                runner.close()
+
+    def _sample_epoch(self, epoch: int, runner: AsyncRewardRunner | None):
         cfg, tc = self.config, self.config.train
         rng = np.random.default_rng(_seed(cfg.seed, epoch))
         chosen = rng.choice(
@@ -250,75 +259,65 @@ class GRPOTrainer:
         generator = torch.Generator(self.accelerator.device).manual_seed(
             _seed(cfg.seed, epoch, self.rank, 1)
         )
-        samples, pending = [], []  # pending: one RewardBatch (sync) or future (async) per batch
+        samples, pending = [], []  # pending: a RewardBatch (sync) or its future (async) per batch
         timings = {"sampling": 0.0, "reward_wait": 0.0, "reward_compute": 0.0}
         self._epoch_images = []
         unwrapped = self.accelerator.unwrap_model(self.model)
         unwrapped.eval()
-        runner = AsyncRewardRunner(self.rewards) if cfg.async_rewards else None
-        try:
-            for start in range(0, len(flat), cfg.sample_batch_size):
-                chunk = flat[start : start + cfg.sample_batch_size]
-                sizes = {self._resolution(self.items[i], tc.resolution) for i in chunk}
-                for size in sorted(sizes):
-                    part = [
-                        i for i in chunk if self._resolution(self.items[i], tc.resolution) == size
-                    ]
-                    t0 = time.perf_counter()
-                    with self.accelerator.autocast():
-                        out = self.sampler(
-                            [self.items[i].prompt for i in part],
-                            height=size[0],
-                            width=size[1],
-                            num_steps=tc.num_steps,
-                            guidance_scale=tc.guidance_scale,
-                            noise_level=tc.noise_level,
-                            noise_steps=tc.noise_steps,
-                            generator=generator,
-                            transformer=unwrapped,
-                        )
-                    t1 = time.perf_counter()
-                    inputs = self._reward_inputs(out.images, [self.items[i] for i in part])
-                    if runner is None:
-                        pending.append(compute_rewards(self.rewards, *inputs))
-                    else:
-                        pending.append(runner.submit(*inputs))
-                        runner.raise_if_failed()  # a failed earlier batch stops the epoch now
-                    timings["sampling"] += t1 - t0
-                    timings["reward_wait"] += time.perf_counter() - t1
-                    self._record(samples, out, part, size)
-            t2 = time.perf_counter()
-            batches = [p if runner is None else p.result() for p in pending]
-            timings["reward_wait"] += time.perf_counter() - t2
-        finally:
-            if runner is not None:
-                runner.close()
+        for start in range(0, len(flat), cfg.sample_batch_size):
+            chunk = flat[start : start + cfg.sample_batch_size]
+            sizes = {self._resolution(self.items[i], tc.resolution) for i in chunk}
+            for size in sorted(sizes):
+                part = [i for i in chunk if self._resolution(self.items[i], tc.resolution) == size]
+                t0 = time.perf_counter()
+                with self.accelerator.autocast():
+                    out = self.sampler(
+                        [self.items[i].prompt for i in part],
+                        height=size[0],
+                        width=size[1],
+                        num_steps=tc.num_steps,
+                        guidance_scale=tc.guidance_scale,
+                        noise_level=tc.noise_level,
+                        noise_steps=tc.noise_steps,
+                        generator=generator,
+                        transformer=unwrapped,
+                    )
+                t1 = time.perf_counter()
+                inputs = self._reward_inputs(out.images, [self.items[i] for i in part])
+                if runner is None:
+                    pending.append(compute_rewards(self.rewards, *inputs))
+                else:
+                    pending.append(runner.submit(*inputs))
+                    runner.raise_if_failed()  # a failed earlier batch stops the epoch now
+                timings["sampling"] += t1 - t0
+                timings["reward_wait"] += time.perf_counter() - t1
+                if len(self._epoch_images) < cfg.num_sample_images:
+                    self._epoch_images.extend(
+                        out.images[: cfg.num_sample_images - len(self._epoch_images)]
+                    )
+                for b, item_index in enumerate(part):
+                    samples.append(
+                        {
+                            "item": item_index,
+                            "size": size,
+                            "latents": out.noise_latents[b].detach(),
+                            "next_latents": out.noise_next_latents[b].detach(),
+                            "log_probs": out.log_probs[b].detach().float(),
+                            "timesteps": out.schedule.timesteps[out.noise_steps],
+                            "sigmas": out.schedule.sigmas[out.noise_steps],
+                            "sigmas_next": out.schedule.sigmas[[s + 1 for s in out.noise_steps]],
+                            "sigma_max": out.schedule.sigma_max,
+                        }
+                    )
+        t2 = time.perf_counter()
+        batches = [p if runner is None else p.result() for p in pending]  # re-raises
+        timings["reward_wait"] += time.perf_counter() - t2
         timings["reward_compute"] = sum(b.seconds for b in batches)
         rewards = {
             n: np.concatenate([b.scores[n] for b in batches]) if batches else np.zeros(0)
             for n in self.rewards
         }
         return samples, rewards, [s["item"] for s in samples], timings
-
-    def _record(self, samples: list[dict], out, part: list[int], size: tuple[int, int]) -> None:
-        """Append one sample per image of a sampling batch (its recorded noise-step transition)."""
-        cfg = self.config
-        if len(self._epoch_images) < cfg.num_sample_images:
-            self._epoch_images.extend(out.images[: cfg.num_sample_images - len(self._epoch_images)])
-        for b, item_index in enumerate(part):
-            samples.append(
-                {
-                    "item": item_index,
-                    "size": size,
-                    "latents": out.noise_latents[b].detach(),
-                    "next_latents": out.noise_next_latents[b].detach(),
-                    "log_probs": out.log_probs[b].detach().float(),
-                    "timesteps": out.schedule.timesteps[out.noise_steps],
-                    "sigmas": out.schedule.sigmas[out.noise_steps],
-                    "sigmas_next": out.schedule.sigmas[[s + 1 for s in out.noise_steps]],
-                    "sigma_max": out.schedule.sigma_max,
-                }
-            )
 
     # ================================================================== training
     def _transition(self, model, batch: dict, j: int):
