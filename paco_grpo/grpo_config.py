@@ -387,6 +387,11 @@ class GRPOConfig:
             raise ValueError(
                 "lora_target_modules is empty; list the transformer projections to adapt."
             )
+        unknown_kwargs = set(self.reward_kwargs) - set(self.rewards)
+        if unknown_kwargs:
+            raise ValueError(
+                f"reward_kwargs names {sorted(unknown_kwargs)} which are not in rewards {sorted(self.rewards)}."
+            )
         if not isinstance(self.async_rewards, bool):
             raise ValueError(f"async_rewards must be true or false; got {self.async_rewards!r}.")
         bad_kwargs = {n: kw for n, kw in self.reward_kwargs.items() if not isinstance(kw, dict)}
@@ -394,11 +399,6 @@ class GRPOConfig:
             raise ValueError(
                 f"reward_kwargs values must be mappings of constructor arguments, e.g. "
                 f"{{consistency: {{model: PATH}}}}; got {bad_kwargs}."
-            )
-        unknown_kwargs = set(self.reward_kwargs) - set(self.rewards)
-        if unknown_kwargs:
-            raise ValueError(
-                f"reward_kwargs names {sorted(unknown_kwargs)} which are not in rewards {sorted(self.rewards)}."
             )
 
     # ------------------------------------------------------------------ (de)serialisation
