@@ -267,7 +267,15 @@ class GRPOConfig:
     # ---- rewards -> advantages
     reward_kwargs: dict[str, dict] = field(
         default_factory=dict,
-        metadata={"help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}}."},
+        metadata={
+            "help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}} or {consistency: {model: SERVED_NAME, server_url: 'http://host:8000/v1'}}; see paco_grpo.rewards."
+        },
+    )
+    async_rewards: bool = field(
+        default=True,
+        metadata={
+            "help": "Score each sampling batch on a background event loop while the next batch is sampled (rewards with an async twin await their server; in-process ones run in a worker thread). The scores equal synchronous scoring exactly; false scores in the trainer thread. Logged as time/reward_wait and time/reward_share."
+        },
     )
     aggregator: str = field(
         default="log_tamed", metadata={"help": f"Reward aggregation, one of {sorted(AGGREGATORS)}."}
@@ -383,6 +391,14 @@ class GRPOConfig:
         if unknown_kwargs:
             raise ValueError(
                 f"reward_kwargs names {sorted(unknown_kwargs)} which are not in rewards {sorted(self.rewards)}."
+            )
+        if not isinstance(self.async_rewards, bool):
+            raise ValueError(f"async_rewards must be true or false; got {self.async_rewards!r}.")
+        bad_kwargs = {n: kw for n, kw in self.reward_kwargs.items() if not isinstance(kw, dict)}
+        if bad_kwargs:
+            raise ValueError(
+                f"reward_kwargs values must be mappings of constructor arguments, e.g. "
+                f"{{consistency: {{model: PATH}}}}; got {bad_kwargs}."
             )
 
     # ------------------------------------------------------------------ (de)serialisation

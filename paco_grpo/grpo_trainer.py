@@ -5,7 +5,10 @@ Per epoch (one "round"):
 1. **Sample** ``group_size`` images for each of ``prompts_per_epoch`` prompts with the
    current (behaviour) policy, SDE noise only at ``train.noise_steps``, recording the
    latents before/after those steps and their log-probabilities.
-2. **Reward** every image with each configured reward (NaN = failed item).
+2. **Reward** every image with each configured reward (NaN = failed item); with
+   ``async_rewards`` (default) a batch is scored on a background event loop while the next
+   one is sampled (:mod:`paco_grpo.async_rewards`), and ``time/reward_wait`` /
+   ``time/reward_share`` log how much of the step was spent waiting on rewards.
 3. **Advantages**: aggregate the rewards (log taming by default), centre per prompt
    group, scale by the global or per-group std; gathered over all processes.
 4. **Train** only the noise steps with the clipped PPO objective (advantages clipped to
@@ -38,6 +41,7 @@ import numpy as np
 import torch
 
 from paco_grpo.advantages import compute_advantages
+from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
 from paco_grpo.data import PromptItem, load_prompts
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipeline import FlowGRPOSampler
@@ -208,30 +212,40 @@ class GRPOTrainer:
         return default, default
 
     # ================================================================== rewards
+    @staticmethod
+    def _reward_inputs(images, items: list[PromptItem]) -> tuple[list, list[str], list[dict]]:
+        """What a reward sees: float CHW CPU images in [0, 1], prompt texts, item metadata."""
+        return (
+            [img.detach().float().cpu() for img in images],
+            [it.prompt for it in items],
+            [it.metadata for it in items],
+        )
+
     def compute_rewards(
         self, rewards: dict[str, Reward], images: torch.Tensor, items: list[PromptItem]
     ) -> dict[str, np.ndarray]:
-        """Run each reward on a batch of images (float CHW in [0, 1])."""
-        pics = [img.float().cpu() for img in images]
-        prompts = [it.prompt for it in items]
-        metadata = [it.metadata for it in items]
-        out = {}
-        for name, reward in rewards.items():
-            scores = np.asarray(reward(pics, prompts, metadata), dtype=np.float64)
-            if scores.shape != (len(pics),):
-                raise ValueError(
-                    f"reward {name!r} returned shape {scores.shape}; expected ({len(pics)},)."
-                )
-            out[name] = scores
-        return out
+        """Run each reward on a batch of images (float CHW in [0, 1]) in this thread."""
+        return compute_rewards(rewards, *self._reward_inputs(images, items)).scores
 
     # ================================================================== sampling
     def sample_epoch(self, epoch: int) -> tuple[list[dict], dict[str, np.ndarray], list[int], dict]:
         """Sample this process's share of the epoch and score it.
 
-        Returns ``(samples, rewards, group_ids, timings)``: one dict per sample with its
-        recorded transition; rewards ``{name: (n,)}``; the prompt index of each sample.
+        With ``async_rewards`` each batch's rewards are computed on a background event loop
+        (:class:`~paco_grpo.async_rewards.AsyncRewardRunner`) while the next batch is sampled;
+        only the time spent blocked on them counts as ``reward_wait``. Returns ``(samples,
+        rewards, group_ids, timings)``: one dict per sample with its recorded transition;
+        rewards ``{name: (n,)}``; the prompt index of each sample; timings ``sampling``,
+        ``reward_wait`` and ``reward_compute`` in seconds.
         """
+        runner = AsyncRewardRunner(self.rewards) if self.config.async_rewards else None
+        try:
+            return self._sample_epoch(epoch, runner)
+        finally:
+            if runner is not None:
+                runner.close()
+
+    def _sample_epoch(self, epoch: int, runner: AsyncRewardRunner | None):
         cfg, tc = self.config, self.config.train
         rng = np.random.default_rng(_seed(cfg.seed, epoch))
         chosen = rng.choice(
@@ -245,11 +259,8 @@ class GRPOTrainer:
         generator = torch.Generator(self.accelerator.device).manual_seed(
             _seed(cfg.seed, epoch, self.rank, 1)
         )
-        samples, rewards, timings = (
-            [],
-            {n: [] for n in self.rewards},
-            {"sampling": 0.0, "reward": 0.0},
-        )
+        samples, pending = [], []  # pending: a RewardBatch (sync) or its future (async) per batch
+        timings = {"sampling": 0.0, "reward_wait": 0.0, "reward_compute": 0.0}
         self._epoch_images = []
         unwrapped = self.accelerator.unwrap_model(self.model)
         unwrapped.eval()
@@ -272,13 +283,14 @@ class GRPOTrainer:
                         transformer=unwrapped,
                     )
                 t1 = time.perf_counter()
-                scores = self.compute_rewards(
-                    self.rewards, out.images, [self.items[i] for i in part]
-                )
+                inputs = self._reward_inputs(out.images, [self.items[i] for i in part])
+                if runner is None:
+                    pending.append(compute_rewards(self.rewards, *inputs))
+                else:
+                    pending.append(runner.submit(*inputs))
+                    runner.raise_if_failed()  # a failed earlier batch stops the epoch now
                 timings["sampling"] += t1 - t0
-                timings["reward"] += time.perf_counter() - t1
-                for name in rewards:
-                    rewards[name].append(scores[name])
+                timings["reward_wait"] += time.perf_counter() - t1
                 if len(self._epoch_images) < cfg.num_sample_images:
                     self._epoch_images.extend(
                         out.images[: cfg.num_sample_images - len(self._epoch_images)]
@@ -297,7 +309,14 @@ class GRPOTrainer:
                             "sigma_max": out.schedule.sigma_max,
                         }
                     )
-        rewards = {n: np.concatenate(v) for n, v in rewards.items()}
+        t2 = time.perf_counter()
+        batches = [p if runner is None else p.result() for p in pending]  # re-raises
+        timings["reward_wait"] += time.perf_counter() - t2
+        timings["reward_compute"] = sum(b.seconds for b in batches)
+        rewards = {
+            n: np.concatenate([b.scores[n] for b in batches]) if batches else np.zeros(0)
+            for n in self.rewards
+        }
         return samples, rewards, [s["item"] for s in samples], timings
 
     # ================================================================== training
@@ -492,6 +511,7 @@ class GRPOTrainer:
         """Sample, reward, compute advantages and train for one epoch; returns its metrics
         (no evaluation, logging or checkpointing)."""
         cfg = self.config
+        t0 = time.perf_counter()
         samples, rewards, group_ids, timings = self.sample_epoch(epoch)
         # gather rewards and prompt ids from all processes (equal sizes by construction)
         device = self.accelerator.device
@@ -532,11 +552,17 @@ class GRPOTrainer:
                 "reward/num_failed": result.num_failed,
                 **{f"reward/{n}/log_tamed": int(v) for n, v in result.tamed.items()},
                 **train_stats,
+                **{f"reward/{n}/num_nan": int(np.isnan(v).sum()) for n, v in all_rewards.items()},
                 "time/sampling": timings["sampling"],
-                "time/reward": timings["reward"],
+                "time/reward": timings["reward_wait"],
+                "time/reward_wait": timings["reward_wait"],
+                "time/reward_compute": timings["reward_compute"],
                 "time/training": t2 - t1,
             }
         )
+        step = time.perf_counter() - t0
+        metrics["time/step"] = step
+        metrics["time/reward_share"] = timings["reward_wait"] / step if step > 0 else 0.0
         return metrics
 
     def train(self) -> list[dict]:

@@ -79,7 +79,8 @@ def test_registry_resolves_names_and_lists_valid_ones():
         build_reward("panel_colour_agreement", layout="1x2"), PanelColourAgreementReward
     )
     with pytest.raises(
-        ValueError, match=r"Unknown reward 'clip_tt'; valid rewards: \['consistency'"
+        ValueError,
+        match=r"Unknown reward 'clip_tt'; valid rewards: \['clip_i', 'clip_t', 'consistency'",
     ):
         build_reward("clip_tt")
     with pytest.raises(ValueError, match=r"Unknown reward\(s\) \['nope'\]"):

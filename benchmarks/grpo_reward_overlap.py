@@ -1,0 +1,209 @@
+"""Reward overlap: share of a PaCo-GRPO step spent waiting on rewards, synchronous vs asynchronous.
+
+The reward has a KNOWN cost: :class:`KnownCostReward` scores the panel-colour agreement
+and then waits ``seconds_per_item`` per image, releasing the GIL (``time.sleep`` when called,
+``asyncio.sleep`` when awaited) — a stand-in for a reward model on its own GPU or a reward
+server. By default the cost per image equals the measured sampling cost per image (a 7B
+evaluator judging the 6 panel pairs of a grid costs about as much as sampling it).
+
+The same trainer runs the same epoch with ``async_rewards`` off, then on, in one run,
+and the table shows per mode (mean over ``--repeats`` epochs, the modes alternating): step time, sampling, reward wait (time the trainer was
+blocked on rewards), reward compute, training, and ``reward share = wait / step``.
+Goal: the asynchronous share <= 10 %. The scores of the two modes must be identical.
+
+    python -m benchmarks.grpo_reward_overlap                      # tiny FLUX on CPU
+    python -m benchmarks.grpo_reward_overlap --device cuda --prompts 4 --group-size 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from paco_grpo.rewards import PanelColourAgreementReward
+
+
+class KnownCostReward(PanelColourAgreementReward):
+    """Panel-colour agreement plus a fixed wait of ``seconds_per_item`` per image (GIL released).
+
+    Example:
+        >>> reward = KnownCostReward(0.0)
+        >>> reward.name
+        'known_cost'
+    """
+
+    name = "known_cost"
+
+    def __init__(self, seconds_per_item: float, layout: str | None = "2x2") -> None:
+        super().__init__(layout=layout)
+        if seconds_per_item < 0:
+            raise ValueError(f"seconds_per_item must be >= 0; got {seconds_per_item}.")
+        self.seconds_per_item = seconds_per_item
+
+    def score(self, images, prompts, metadata) -> np.ndarray:
+        time.sleep(self.seconds_per_item * len(images))
+        return super().score(images, prompts, metadata)
+
+    async def ascore(self, images, prompts, metadata) -> np.ndarray:
+        await asyncio.sleep(self.seconds_per_item * len(images))  # like awaiting a server
+        return super().score(images, prompts, metadata)
+
+
+def _config(model: str, out: Path, args):
+    from paco_grpo.grpo_config import GRPOConfig
+
+    prompts = out / "prompts.txt"
+    prompts.write_text(
+        "\n".join(
+            f"FOUR-PANEL Images with a 2x2 grid layout. Subject {k}." for k in range(args.prompts)
+        )
+        + "\n"
+    )
+    return GRPOConfig.from_dict(
+        {
+            "model_name_or_path": model,
+            "prompt_file": str(prompts),
+            "output_dir": str(out / "run"),
+            "rewards": {"known_cost": 1.0},
+            "aggregator": "weighted_sum",
+            "max_sequence_length": 32,
+            "lora_rank": 8,
+            "lora_alpha": 16,
+            "max_epochs": 1,
+            "prompts_per_epoch": args.prompts,
+            "group_size": args.group_size,
+            "sample_batch_size": args.batch_size,
+            "train_batch_size": args.group_size,
+            "tensorboard": False,
+            "num_sample_images": 0,
+            "save_every": 0,
+            "train": {
+                "resolution": args.resolution,
+                "num_steps": args.steps,
+                "noise_steps": [1],
+            },
+            "test": {"every": 0},
+        }
+    )
+
+
+def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
+    """Warm up, set the reward cost, check sync == async scores, time both modes."""
+    import torch
+    from diffusers import FluxPipeline
+
+    from paco_grpo.grpo_trainer import GRPOTrainer
+    from paco_reward.testing.flux import build_tiny_flux
+
+    model = args.model or str(build_tiny_flux(tmp / "flux", seed=0))
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(args.device)
+    reward = KnownCostReward(0.0)
+    trainer = GRPOTrainer(_config(model, tmp, args), rewards={"known_cost": reward}, pipeline=pipe)
+    images = args.prompts * args.group_size
+
+    trainer.config.async_rewards = False
+    warm = trainer.run_epoch(0)  # warm-up, and the sampling cost the reward is matched to
+    reward.seconds_per_item = (
+        args.seconds_per_item
+        if args.seconds_per_item is not None
+        else args.cost_ratio * warm["time/sampling"] / images
+    )
+    scores = {}
+    for mode in ("sync", "async"):  # the same samples (same weights, same seed) in both modes
+        trainer.config.async_rewards = mode == "async"
+        scores[mode] = trainer.sample_epoch(1)[1]["known_cost"]
+    identical = bool(np.array_equal(scores["sync"], scores["async"]))
+
+    keys = {
+        "step_s": "time/step",
+        "sampling_s": "time/sampling",
+        "reward_wait_s": "time/reward_wait",
+        "reward_compute_s": "time/reward_compute",
+        "training_s": "time/training",
+    }
+    runs = {"sync": [], "async": []}
+    for repeat in range(args.repeats):  # alternate the modes so load drift hits both alike
+        for mode in ("sync", "async"):
+            trainer.config.async_rewards = mode == "async"
+            metrics = trainer.run_epoch(2 + repeat)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            runs[mode].append(metrics)
+    rows = {}
+    for mode, epochs in runs.items():
+        rows[mode] = {k: float(np.mean([m[key] for m in epochs])) for k, key in keys.items()}
+        rows[mode]["reward_share"] = rows[mode]["reward_wait_s"] / rows[mode]["step_s"]
+    return rows, reward, identical
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="FluxPipeline folder (default: build the tiny FLUX)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per epoch")
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=2, help="images per sampling batch")
+    parser.add_argument("--resolution", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8, help="denoising steps")
+    parser.add_argument(
+        "--seconds-per-item",
+        type=float,
+        help="reward cost per image (default: the measured sampling cost per image x --cost-ratio)",
+    )
+    parser.add_argument("--cost-ratio", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=2, help="epochs per mode (alternating)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="grpo-overlap-") as tmp:
+        rows, reward, identical = _measure(Path(tmp), args)
+    images = args.prompts * args.group_size
+    batches = -(-images // args.batch_size)
+    print(
+        f"PaCo-GRPO epoch: {images} images in {batches} sampling batches on {args.device} "
+        f"(mean of {args.repeats} epochs per mode); "
+        f"reward cost {reward.seconds_per_item * 1e3:.1f} ms per image "
+        f"({reward.seconds_per_item * images:.2f} s per epoch, known)"
+    )
+    header = ("mode", "step", "sampling", "reward wait", "reward compute", "training", "share")
+    print("  ".join(f"{h:>14}" for h in header))
+    for mode, r in rows.items():
+        cells = [r["step_s"], r["sampling_s"], r["reward_wait_s"], r["reward_compute_s"]]
+        cells.append(r["training_s"])
+        print(
+            f"{mode:>14}  "
+            + "  ".join(f"{c:>13.3f}s" for c in cells)
+            + f"  {100 * r['reward_share']:>13.1f}%"
+        )
+    share = rows["async"]["reward_share"]
+    speedup = rows["sync"]["step_s"] / rows["async"]["step_s"]
+    share_ratio = rows["sync"]["reward_share"] / max(share, 1e-12)
+    print(
+        f"reward share: sync {100 * rows['sync']['reward_share']:.1f}% -> async {100 * share:.1f}% "
+        f"(x{share_ratio:.1f} less; goal <= 10%: {'met' if share <= 0.10 else 'NOT met'}); "
+        f"step time sync / async = {speedup:.2f}; scores identical: {identical}"
+    )
+    result = {
+        "device": args.device,
+        "images": images,
+        "batches": batches,
+        "seconds_per_item": reward.seconds_per_item,
+        "rows": rows,
+        "share_ratio": share_ratio,
+        "step_speedup": speedup,
+        "scores_identical": identical,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""PaCo-Reward rewards: ``consistency`` (image sets / grids) and ``edit_consistency`` (editing).
+
+Both take the evaluator in-process (``PacoReward.from_pretrained``), from a server
+(``server_url=``: ``PacoReward.from_server``, which checks at construction that the server
+serves ``model`` and raises :class:`~paco_reward.errors.RewardServerError` otherwise, so a
+trainer fails at start-up, not at its first reward), or as a ready ``PacoReward``.
+
+A batch is turned into one list of image pairs and scored with **one** ``score_pairs`` call
+(``ascore_pairs`` when awaited): each distinct panel is encoded once and a remote evaluator
+sees every request of the batch at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_pipeline.grids import split_panel_prompts
+from paco_grpo.rewards.base import BaseReward, grid_panels
+from paco_reward.errors import PacoError, PromptError
+from paco_reward.images import load_image
+
+__all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward", "load_evaluator"]
+
+CONSISTENCY_TEMPLATES = ("consistency", "criteria")
+
+
+def load_evaluator(
+    model: Any,
+    adapter: str | Path | None = None,
+    server_url: str | None = None,
+    api_key: str | None = None,
+    **kwargs: Any,
+):
+    """A :class:`paco_reward.PacoReward` from a ready instance, a server or a model path/id.
+
+    Args:
+        model: a ``PacoReward``; with ``server_url`` the served model name; else a folder or
+            hub id for ``PacoReward.from_pretrained``.
+        adapter: LoRA adapter on top of ``model`` (in-process only).
+        server_url: API root of ``paco-reward serve`` / ``vllm serve`` (``http://host:8000/v1``).
+        api_key: bearer token for the server.
+        **kwargs: passed to ``from_pretrained`` (device, dtype, batch_size, ...) or
+            ``from_server`` (max_concurrency, timeout, retries, ...).
+
+    Raises:
+        RewardServerError: the server is unreachable or does not serve ``model``.
+        ValueError: ``adapter`` given together with ``server_url``.
+
+    Example:
+        >>> rm = load_evaluator("PaCo-Reward-7B", server_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
+    """
+    from paco_reward import PacoReward
+
+    if hasattr(model, "score_pairs") and hasattr(model, "backend"):
+        return model
+    if server_url is not None:
+        if adapter is not None:
+            raise ValueError(
+                f"adapter={adapter!r} cannot be applied to a served model; merge it before serving "
+                "or drop server_url to load it in-process."
+            )
+        return PacoReward.from_server(server_url, model=str(model), api_key=api_key, **kwargs)
+    return PacoReward.from_pretrained(model, adapter=adapter, **kwargs)
+
+
+def _is_remote(evaluator) -> bool:
+    """Whether the evaluator's backend awaits its requests (a server) rather than computing."""
+    return getattr(evaluator.backend, "ascore_batch", None) is not None
+
+
+def _criteria_texts(criteria: Any) -> dict[str, list[str]]:
+    """``{dimension: [criterion text, ...]}`` from T2IS ``criteria``
+    (``{dimension: {name: description}}``; lists or single strings per dimension also work)."""
+    if not isinstance(criteria, dict) or not criteria:
+        raise PromptError(
+            "template='criteria' needs metadata['criteria'] as {dimension: {name: description}} "
+            f"(T2IS JSONL); got {str(criteria)[:80]!r}. Use template='consistency' for prompts "
+            "without criteria."
+        )
+    out: dict[str, list[str]] = {}
+    for dim, entries in criteria.items():
+        if isinstance(entries, dict):
+            texts = [f"{name}: {text}".strip() for name, text in entries.items()]
+        elif isinstance(entries, str):
+            texts = [entries]
+        else:
+            texts = [str(t) for t in entries]
+        texts = [t for t in texts if t.strip(" :")]
+        if texts:
+            out[str(dim)] = texts
+    if not out:
+        raise PromptError(f"metadata['criteria'] holds no criterion text: {str(criteria)[:80]!r}.")
+    return out
+
+
+class ConsistencyReward(BaseReward):
+    """PaCo-Reward consistency of a grid: panels cut by the layout, every panel pair scored.
+
+    With ``template="consistency"`` (default, the paper's theme template) a grid's reward is
+    the mean pairwise score under its theme (the global description before the first panel
+    marker) — the same number as ``PacoReward.score_grid``. With ``template="criteria"`` each
+    pair is scored once per criterion of ``metadata["criteria"]`` (T2IS); the reward is the
+    mean over the criteria of each dimension (each criterion: mean over pairs), then the mean
+    over dimensions. All pairs of the whole batch go to the evaluator in one call.
+
+    Args:
+        model: a ``PacoReward``, a model folder / hub id, or with ``server_url`` the served name.
+        adapter: LoRA adapter on ``model`` (in-process).
+        server_url: score through a server; its model list is checked here (fail fast).
+        api_key: server bearer token.
+        layout: default layout when ``metadata`` has none (``None``: from the prompt).
+        template: ``"consistency"`` (theme) or ``"criteria"``.
+        symmetric: score both panel orders and average (position-bias control).
+        **load_kwargs: for :func:`load_evaluator` (device, dtype, batch_size, timeout, ...).
+
+    Example:
+        >>> reward = ConsistencyReward("X-GenGroup/PaCo-Reward-7B")      # doctest: +SKIP
+        >>> reward(grids, prompts, [{"layout": "2x2"}] * len(grids))   # doctest: +SKIP
+        array([0.81, 0.64])
+    """
+
+    name = "consistency"
+
+    def __init__(
+        self,
+        model: Any = "X-GenGroup/PaCo-Reward-7B",
+        adapter: str | None = None,
+        server_url: str | None = None,
+        api_key: str | None = None,
+        layout: str | None = "2x2",
+        template: str = "consistency",
+        symmetric: bool = False,
+        **load_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if template not in CONSISTENCY_TEMPLATES:
+            raise ValueError(
+                f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
+                f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
+            )
+        self.evaluator = load_evaluator(model, adapter, server_url, api_key, **load_kwargs)
+        self.layout = layout
+        self.template = template
+        self.symmetric = bool(symmetric)
+
+    # ------------------------------------------------------------------ plan -> score -> reduce
+    def _plan(self, images, prompts, metadata):
+        """All pair requests of the batch and, per item, its request ranges by dimension
+        (``None`` for an item that failed before scoring)."""
+        requests: list[tuple] = []
+        plans: list[list[list[tuple[int, int]]] | None] = []
+        for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
+            try:
+                panels = grid_panels(image, prompt, meta, self.layout, k)
+                if len(panels) < 2:
+                    raise PromptError("a 1x1 layout has no panel pair to score")
+                pairs = list(combinations(panels, 2))
+                if self.template == "criteria":
+                    texts_by_dim = _criteria_texts(meta.get("criteria")).values()
+                else:
+                    theme = split_panel_prompts(prompt)[0] or prompt
+                    texts_by_dim = [[theme]]
+                dims = []
+                for texts in texts_by_dim:
+                    ranges = []
+                    for text in texts:
+                        ranges.append((len(requests), len(requests) + len(pairs)))
+                        requests.extend((a, b, text) for a, b in pairs)
+                    dims.append(ranges)
+                plans.append(dims)
+            except (PacoError, ValueError) as err:
+                self.fail(k, err)
+                plans.append(None)
+        return requests, plans
+
+    def _reduce(self, scores: np.ndarray, plans) -> np.ndarray:
+        out = np.full(len(plans), np.nan)
+        for k, dims in enumerate(plans):
+            if dims is None:
+                continue
+            value = float(
+                np.mean([np.mean([scores[a:b].mean() for a, b in ranges]) for ranges in dims])
+            )
+            if math.isnan(value):
+                self.fail(k, "the evaluator returned NaN for at least one panel pair")
+            out[k] = value
+        return out
+
+    def score(self, images, prompts, metadata) -> np.ndarray:
+        requests, plans = self._plan(images, prompts, metadata)
+        scores = (
+            self.evaluator.score_pairs(requests, template=self.template, symmetric=self.symmetric)
+            if requests
+            else np.zeros(0)
+        )
+        return self._reduce(np.asarray(scores, dtype=np.float64), plans)
+
+    async def ascore(self, images, prompts, metadata) -> np.ndarray:
+        """Awaits a remote evaluator's requests (``ascore_pairs``); in-process runs in a thread."""
+        if not _is_remote(self.evaluator):
+            return await asyncio.to_thread(self.score, images, prompts, metadata)
+        requests, plans = self._plan(images, prompts, metadata)
+        scores = (
+            await self.evaluator.ascore_pairs(
+                requests, template=self.template, symmetric=self.symmetric
+            )
+            if requests
+            else np.zeros(0)
+        )
+        return self._reduce(np.asarray(scores, dtype=np.float64), plans)
+
+
+class EditConsistencyReward(BaseReward):
+    """Editing reward ``sqrt(SC * PF)``: PaCo-Reward's edit templates with the source first.
+
+    SC is the ``edit_consistency`` score and PF the ``edit_following`` score of
+    ``(source, edited)`` under the edit instruction (the prompt): the same numbers as
+    ``PacoReward.score_edit(source, edited, prompt).overall``, batched over the whole batch.
+    The source image comes from ``metadata[source_key]`` (the parquet prompt loader and the
+    editing trainer put it in ``metadata["source_image"]``).
+
+    Args:
+        model / adapter / server_url / api_key / **load_kwargs: as for :class:`ConsistencyReward`.
+        source_key: metadata key of the source image.
+
+    Example:
+        >>> reward = EditConsistencyReward("X-GenGroup/PaCo-Reward-7B")              # doctest: +SKIP
+        >>> reward([edited], ["make the sky red"], [{"source_image": source}])      # doctest: +SKIP
+        array([0.74])
+    """
+
+    name = "edit_consistency"
+
+    def __init__(
+        self,
+        model: Any = "X-GenGroup/PaCo-Reward-7B",
+        adapter: str | None = None,
+        server_url: str | None = None,
+        api_key: str | None = None,
+        source_key: str = "source_image",
+        **load_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.evaluator = load_evaluator(model, adapter, server_url, api_key, **load_kwargs)
+        self.source_key = source_key
+
+    def _plan(self, images, prompts, metadata):
+        requests, positions = [], []
+        for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
+            try:
+                if meta.get(self.source_key) is None:
+                    raise PromptError(
+                        f"metadata[{self.source_key!r}] is missing; editing rewards need the "
+                        "source image (load prompts from a (prompt, image) parquet file)"
+                    )
+                if not isinstance(prompt, str) or not prompt.strip():
+                    raise PromptError(f"the edit instruction is empty ({prompt!r})")
+                source = load_image(meta[self.source_key], f"metadata[{k}][{self.source_key!r}]")
+                requests.append((source, load_image(image, f"images[{k}]"), prompt))
+                positions.append(k)
+            except (PacoError, ValueError) as err:
+                self.fail(k, err)
+        return requests, positions
+
+    def _reduce(self, n: int, positions, consistency, following) -> np.ndarray:
+        out = np.full(n, np.nan)
+        overall = np.sqrt(np.asarray(consistency, float) * np.asarray(following, float))
+        for k, value in zip(positions, overall):
+            if math.isnan(value):
+                self.fail(k, "the evaluator returned NaN for SC or PF")
+            out[k] = value
+        return out
+
+    def score(self, images, prompts, metadata) -> np.ndarray:
+        requests, positions = self._plan(images, prompts, metadata)
+        if not requests:
+            return np.full(len(images), np.nan)
+        sc = self.evaluator.score_pairs(requests, template="edit_consistency", symmetric=False)
+        pf = self.evaluator.score_pairs(requests, template="edit_following", symmetric=False)
+        return self._reduce(len(images), positions, sc, pf)
+
+    async def ascore(self, images, prompts, metadata) -> np.ndarray:
+        if not _is_remote(self.evaluator):
+            return await asyncio.to_thread(self.score, images, prompts, metadata)
+        requests, positions = self._plan(images, prompts, metadata)
+        if not requests:
+            return np.full(len(images), np.nan)
+        sc, pf = await asyncio.gather(
+            self.evaluator.ascore_pairs(requests, template="edit_consistency", symmetric=False),
+            self.evaluator.ascore_pairs(requests, template="edit_following", symmetric=False),
+        )
+        return self._reduce(len(images), positions, sc, pf)

@@ -1,0 +1,219 @@
+"""Asynchronous rewards: identical to synchronous scoring, ordered, overlapping, failures surface;
+and the trainer's overlap path (same rewards, reward wait/share logged, exceptions re-raised)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.grpo_reward_overlap import KnownCostReward
+from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
+from paco_grpo.rewards import PanelColourAgreementReward
+
+
+def _batches(n: int, size: int = 4, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [[torch.rand(3, 32, 32, generator=g) for _ in range(size)] for _ in range(n)]
+
+
+class _SlowFirst:
+    """A plain callable (no acall) whose early batches take longest: finishing out of order
+    would reorder the results if the runner did not keep them in submission order."""
+
+    name = "slow_first"
+
+    def __init__(self):
+        self.calls, self.active, self.max_active = 0, 0, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, images, prompts, metadata):
+        with self._lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            delay = max(0.0, 0.04 - 0.01 * self.calls)
+        time.sleep(delay)
+        with self._lock:
+            self.active -= 1
+        return np.array([float(img.mean()) for img in images])
+
+
+class _Failing:
+    name = "failing"
+
+    def __init__(self, fail_on: int):
+        self.fail_on, self.calls = fail_on, 0
+
+    def __call__(self, images, prompts, metadata):
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise RuntimeError("reward model crashed")
+        return np.where(np.arange(len(images)) == 0, np.nan, 1.0)  # item 0 failed -> NaN
+
+
+def test_async_scores_equal_sync_exactly_in_order():
+    batches = _batches(5)
+    meta = [{}] * 4
+    sync = [
+        compute_rewards(
+            {"colour": PanelColourAgreementReward(), "slow_first": _SlowFirst()}, b, ["p"] * 4, meta
+        ).scores
+        for b in batches
+    ]
+    slow = _SlowFirst()
+    with AsyncRewardRunner({"colour": PanelColourAgreementReward(), "slow_first": slow}) as runner:
+        futures = [runner.submit(b, ["p"] * 4, meta) for b in batches]
+        results = [f.result().scores for f in futures]
+    for got, want in zip(results, sync):
+        assert list(got) == ["colour", "slow_first"]
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+    assert slow.max_active == 1  # one reward is never called concurrently with itself
+
+
+def test_rewards_overlap_the_callers_work():
+    reward = KnownCostReward(0.02)  # 4 images -> 80 ms per batch, awaited (GIL free)
+    batches = _batches(4)
+    t0 = time.perf_counter()
+    with AsyncRewardRunner({"known_cost": reward}) as runner:
+        futures = []
+        for b in batches:
+            futures.append(runner.submit(b, ["p"] * 4, [{}] * 4))
+            time.sleep(0.1)  # "sampling" the next batch
+        waited = time.perf_counter()
+        results = [f.result() for f in futures]
+        waited = time.perf_counter() - waited
+    total = time.perf_counter() - t0
+    assert waited < 0.05  # every batch was scored while the next was sampled
+    assert total < 4 * 0.1 + 4 * 0.08 * 0.75  # far less than sampling + scoring in sequence
+    assert all(r.seconds >= 0.08 for r in results)
+    expected = PanelColourAgreementReward()(batches[0], ["p"] * 4, [{}] * 4)
+    np.testing.assert_array_equal(results[0].scores["known_cost"], expected)
+
+
+def test_reward_exceptions_surface_in_the_caller_and_nan_passes_through():
+    batches = _batches(3)
+    with AsyncRewardRunner({"failing": _Failing(fail_on=2)}) as runner:
+        futures = [runner.submit(b, ["p"] * 4, [{}] * 4) for b in batches]
+        first = futures[0].result().scores["failing"]
+        assert np.isnan(first[0]) and (first[1:] == 1.0).all()
+        with pytest.raises(RuntimeError, match="reward model crashed") as info:
+            futures[1].result()
+        assert "raised by the reward 'failing'" in "\n".join(info.value.__notes__)
+        with pytest.raises(RuntimeError, match="reward model crashed"):
+            runner.raise_if_failed()
+    with pytest.raises(RuntimeError, match="AsyncRewardRunner is closed"):
+        runner.submit(batches[0], ["p"] * 4, [{}] * 4)
+    with pytest.raises(ValueError, match=r"reward 'bad' returned shape \(3,\); expected \(4,\)"):
+        compute_rewards({"bad": lambda i, p, m: np.ones(3)}, batches[0], ["p"] * 4, [{}] * 4)
+
+
+def test_acall_reward_runs_plain_callables_in_a_thread():
+    from paco_grpo.rewards import acall_reward
+
+    main = threading.get_ident()
+    seen = []
+
+    def reward(images, prompts, metadata):
+        seen.append(threading.get_ident())
+        return np.zeros(len(images))
+
+    out = asyncio.run(acall_reward(reward, [1, 2], ["a", "b"], [{}, {}]))
+    assert out.tolist() == [0.0, 0.0] and seen and seen[0] != main
+
+
+# ---------------------------------------------------------------------------- trainer
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    from paco_grpo.grpo_config import GRPOConfig
+    from paco_grpo.grpo_trainer import GRPOTrainer
+    from paco_reward.testing.flux import build_tiny_flux
+
+    root = tmp_path_factory.mktemp("async-trainer")
+    flux = build_tiny_flux(root / "flux", seed=0)
+    config = GRPOConfig.from_yaml(
+        "recipes/grpo_tiny_cpu.yaml",
+        {
+            "model_name_or_path": str(flux),
+            "output_dir": str(root / "out"),
+            "tensorboard": False,
+            "prompts_per_epoch": 2,
+            "group_size": 4,
+            "sample_batch_size": 2,
+            "train_batch_size": 8,
+            "num_inner_epochs": 1,
+            "num_sample_images": 0,
+            "rewards": {"panel_colour_agreement": 1.0, "known_cost": 0.5, "failing": 0.0},
+        },
+    )
+    rewards = {
+        "panel_colour_agreement": PanelColourAgreementReward(),
+        "known_cost": KnownCostReward(0.005),
+        "failing": _Failing(fail_on=-1),
+    }
+    return GRPOTrainer(config, rewards=rewards)
+
+
+def test_trainer_async_rewards_equal_sync_and_log_the_wait(trainer):
+    trainer.config.async_rewards = False
+    samples_sync, sync, ids_sync, timings_sync = trainer.sample_epoch(0)
+    trainer.config.async_rewards = True
+    samples_async, asynchronous, ids_async, timings_async = trainer.sample_epoch(0)
+    assert ids_sync == ids_async and len(sync["known_cost"]) == 8
+    for name in sync:
+        np.testing.assert_array_equal(asynchronous[name], sync[name])
+    torch.testing.assert_close(samples_async[3]["latents"], samples_sync[3]["latents"])
+    assert timings_sync["reward_wait"] >= 0.9 * timings_sync["reward_compute"] > 0
+    assert timings_async["reward_wait"] < timings_async["reward_compute"]
+
+    metrics = trainer.run_epoch(0)
+    assert 0 <= metrics["time/reward_share"] < 1
+    assert metrics["time/reward"] == metrics["time/reward_wait"]
+    assert metrics["time/step"] >= metrics["time/sampling"] + metrics["time/training"]
+    assert metrics["reward/failing/num_nan"] == 4  # item 0 of each of the 4 batches
+    assert metrics["reward/known_cost/num_nan"] == 0
+    assert np.isfinite(metrics["train/loss"])
+
+
+def test_trainer_reraises_a_reward_exception(trainer):
+    trainer.rewards["failing"].calls, trainer.rewards["failing"].fail_on = 0, 2
+    trainer.config.async_rewards = True
+    with pytest.raises(RuntimeError, match="reward model crashed"):
+        trainer.run_epoch(1)
+    trainer.rewards["failing"].fail_on = -1
+
+
+def test_async_rewards_config_validation(tmp_path):
+    from paco_grpo.grpo_config import GRPOConfig
+
+    base = {"model_name_or_path": "m", "prompt_file": "p.txt", "rewards": {"clip_t": 1.0}}
+    assert GRPOConfig(**base).async_rewards is True
+    with pytest.raises(ValueError, match="async_rewards must be true or false; got 'yes'"):
+        GRPOConfig(**base, async_rewards="yes")
+    with pytest.raises(ValueError, match="reward_kwargs values must be mappings"):
+        GRPOConfig(**base, reward_kwargs={"clip_t": "laion"})
+
+
+def test_overlap_benchmark_runs_and_scores_identically(tmp_path, capsys):
+    import json
+
+    from benchmarks.grpo_reward_overlap import main
+
+    out = tmp_path / "overlap.json"
+    result = main(
+        ["--prompts", "2", "--group-size", "2", "--batch-size", "1", "--steps", "2"]
+        + ["--resolution", "32", "--seconds-per-item", "0.01", "--repeats", "1", "--json", str(out)]
+    )
+    assert result["scores_identical"] and json.loads(out.read_text())["batches"] == 4
+    for mode in ("sync", "async"):
+        assert 0 <= result["rows"][mode]["reward_share"] < 1
+    # synchronous scoring waits for every batch's known cost (4 images x 10 ms)
+    assert result["rows"]["sync"]["reward_wait_s"] >= 0.04
+    assert "reward share: sync" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="seconds_per_item must be >= 0"):
+        KnownCostReward(-1.0)
