@@ -186,7 +186,6 @@ def test_edit_sampler_input_validation(kontext):
 
 
 # ---------------------------------------------------------------- Qwen-Image-Edit
-@pytest.mark.slow
 def test_qwen_image_edit_noise_level_zero_equals_diffusers_with_true_cfg(tmp_path):
     path = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     pipe = QwenImageEditPipeline.from_pretrained(path)
