@@ -119,6 +119,13 @@ class GRPOTrainer:
         # --- pipeline, frozen parts, LoRA, sampler
         self.editing = cfg.pipeline in EDIT_PIPELINES
         self.pipe = pipeline if pipeline is not None else self._load_pipeline()
+        if self.editing:
+            expected = EDIT_SAMPLERS[cfg.pipeline][1]
+            if expected not in {c.__name__ for c in type(self.pipe).__mro__}:
+                raise ValueError(
+                    f"config.pipeline={cfg.pipeline!r} needs a diffusers {expected}; got a "
+                    f"{type(self.pipe).__name__}. Set `pipeline:` to the model's type."
+                )
         self.pipe.set_progress_bar_config(disable=True)
         self.transformer = self._add_lora(self.pipe.transformer)
         self.sampler = self._build_sampler()
@@ -668,9 +675,14 @@ class GRPOTrainer:
 
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.stem + ".tmp.png")
-        save_image(
-            make_grid(torch.stack([im.float().cpu() for im in images]), nrow=4, padding=2), tmp
-        )
+        images = [im.float().cpu() for im in images]
+        height = max(im.shape[1] for im in images)  # sizes differ with per-item resolutions
+        width = max(im.shape[2] for im in images)  # and with edits that keep aspect ratios
+        images = [
+            torch.nn.functional.pad(im, (0, width - im.shape[2], 0, height - im.shape[1]))
+            for im in images
+        ]
+        save_image(make_grid(torch.stack(images), nrow=4, padding=2), tmp)
         os.replace(tmp, path)
 
     # ================================================================== checkpoints
