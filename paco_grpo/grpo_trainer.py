@@ -240,9 +240,14 @@ class GRPOTrainer:
             return int(item.height), int(item.width)
         return default, default
 
-    def _group_key(self, item: PromptItem):
-        """GRPO group of an item's samples: the prompt id, and for editing also the source
-        image's hash (one instruction applied to different images is different groups)."""
+    def group_key(self, item: PromptItem) -> str | tuple[str, str]:
+        """GRPO group of an item's samples: the prompt id, and for editing ``(prompt id,
+        image hash)`` (one instruction applied to different images is different groups).
+
+        Example:
+            >>> trainer.group_key(trainer.items[0])       # doctest: +SKIP
+            ('0', '3f1c...')
+        """
         if self.editing:
             return (item.id, item.metadata["source_image_hash"])
         return item.id
@@ -569,7 +574,7 @@ class GRPOTrainer:
         result = compute_advantages(
             all_rewards,
             {n: w for n, w in cfg.rewards.items()},
-            [self._group_key(self.items[i]) for i in all_ids],
+            [self.group_key(self.items[i]) for i in all_ids],
             aggregator=cfg.aggregator,
             threshold=cfg.log_taming_threshold,
             std_scope=cfg.std_scope,

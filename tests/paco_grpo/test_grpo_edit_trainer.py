@@ -127,7 +127,7 @@ def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
         kontext_dir, tmp_path, **{"max_epochs": 1, "test.every": 0, "num_inner_epochs": 1}
     )
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _WideSourceReward()})
-    keys = [trainer._group_key(it) for it in trainer.items]
+    keys = [trainer.group_key(it) for it in trainer.items]
     originals = load_prompts(PROMPTS)
     assert keys == [(it.id, image_hash(it.metadata["source_image"])) for it in originals]
     assert len({it.id for it in trainer.items}) == 2 and len(set(keys)) == 4
