@@ -395,10 +395,6 @@ class KontextGRPOSampler(EditGRPOSampler):
     def decode(self, latents, height, width):
         return self.flux.decode(latents, height, width)
 
-    def encode_prompts(self, prompts: Sequence[str]) -> PromptEmbeddings:
-        """The FLUX text conditioning (cached per prompt text)."""
-        return self.flux.encode_prompts(prompts)
-
 
 class QwenImageEditGRPOSampler(EditGRPOSampler):
     """Flow-GRPO sampling with a ``QwenImageEditPipeline`` (Qwen-Image-Edit).

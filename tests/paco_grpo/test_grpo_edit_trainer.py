@@ -290,6 +290,27 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
     assert np.isfinite(row["eval/reward/panel_colour_agreement/mean"])
 
 
+def test_item_sizes_set_the_reference_area_with_overrides(kontext_dir, tmp_path):
+    rows = [
+        {"id": "a", "prompt": "make it red", "height": 64, "width": 64,
+         "image": {"bytes": _png("blue", (200, 100)), "path": None}},
+        {"id": "b", "prompt": "make it red",
+         "image": {"bytes": _png("green", (100, 100)), "path": None}},
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet")
+    cfg = _config(
+        kontext_dir,
+        tmp_path / "out",
+        prompt_file=str(tmp_path / "p.parquet"),
+        item_resolution_overrides=True,
+        prompts_per_epoch=2,
+    )
+    trainer = GRPOTrainer(cfg)
+    # item a: 64x64 = 4096 px area at 2:1 -> 96x48; item b: the train area 32^2 -> 32x32
+    assert [it.metadata["source_image"].size for it in trainer.items] == [(96, 48), (32, 32)]
+    assert [trainer._resolution(it, 999) for it in trainer.items] == [(48, 96), (32, 32)]
+
+
 def test_trainer_rejects_a_pipeline_of_the_wrong_type(kontext_dir, tmp_path):
     from diffusers import FluxKontextPipeline
 
@@ -317,9 +338,9 @@ def test_editing_config_validation():
     assert ok.pipeline == "flux_kontext"
 
 
-def _png(colour) -> bytes:
+def _png(colour, size=(16, 16)) -> bytes:
     buffer = io.BytesIO()
-    Image.new("RGB", (16, 16), colour).save(buffer, format="PNG")
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
