@@ -2,6 +2,7 @@
 
     paco-grpo train recipes/grpo_flux_t2is.yaml --max_epochs 50 --train.resolution 512
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
+    paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
 
 Overrides are ``--dotted.field value`` (or ``--field=value``); values are parsed as YAML
 (``--rewards '{consistency: 1.0}'``). Reward names resolve here, through
@@ -77,6 +78,17 @@ def _tiny_flux(args, extra: list[str]) -> int:
     return 0
 
 
+def _tiny_edit(args, extra: list[str]) -> int:
+    if extra:
+        raise ValueError(f"tiny-edit takes no overrides; got {extra}.")
+    if args.pipeline == "flux_kontext":
+        from paco_reward.testing.flux_kontext import build_tiny_flux_kontext as build
+    else:
+        from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit as build
+    print(build(args.output_dir, seed=args.seed))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``paco-grpo``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="paco-grpo", description=__doc__.split("\n\n")[0])
@@ -90,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument("output_dir")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_tiny_flux)
+    edit = sub.add_parser(
+        "tiny-edit", help="Build a tiny offline editing pipeline folder (FLUX.1-Kontext-shaped)."
+    )
+    edit.add_argument("output_dir")
+    edit.add_argument(
+        "--pipeline", choices=("flux_kontext", "qwen_image_edit"), default="flux_kontext"
+    )
+    edit.add_argument("--seed", type=int, default=0)
+    edit.set_defaults(func=_tiny_edit)
     args, extra = parser.parse_known_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from data_pipeline.grids import split_panel_prompts
 from paco_reward.errors import PromptError
+from paco_reward.images import image_hash
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +136,15 @@ def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
     items = loaders[format](path)
     if not items:
         raise PromptError(f"{path}: no prompts found.")
-    ids = [item.id for item in items]
+    # ids define GRPO groups; editing data may apply one instruction id to several images
+    # (groups are then (id, image hash)), so only repeated (id, image) pairs are duplicates.
+    ids = [
+        (item.id, image_hash(item.metadata["source_image"]))
+        if "source_image" in item.metadata
+        else item.id
+        for item in items
+    ]
     if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        dupes = sorted({str(i) for i in ids if ids.count(i) > 1})[:5]
         raise PromptError(f"{path}: duplicate prompt ids {dupes}; ids define GRPO groups.")
     return items

@@ -20,7 +20,14 @@ from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 
-__all__ = ["GRPOConfig", "EvalSection", "TrainSection", "FLUX_LORA_TARGETS"]
+__all__ = [
+    "GRPOConfig",
+    "EvalSection",
+    "TrainSection",
+    "FLUX_LORA_TARGETS",
+    "PIPELINES",
+    "QWEN_IMAGE_LORA_TARGETS",
+]
 
 # Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
 FLUX_LORA_TARGETS = [
@@ -37,6 +44,24 @@ FLUX_LORA_TARGETS = [
     "ff_context.net.0.proj",
     "ff_context.net.2",
 ]
+# The same projections in Qwen-Image's dual-stream blocks (image/text MLPs named img_/txt_mlp).
+QWEN_IMAGE_LORA_TARGETS = [
+    "attn.to_k",
+    "attn.to_q",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "img_mlp.net.0.proj",
+    "img_mlp.net.2",
+    "txt_mlp.net.0.proj",
+    "txt_mlp.net.2",
+]
+# Policy pipelines: text-to-image FLUX, and the editing policies (reference image per prompt).
+PIPELINES = ("flux", "flux_kontext", "qwen_image_edit")
+EDIT_PIPELINES = ("flux_kontext", "qwen_image_edit")
 DTYPES = ("float32", "bfloat16", "float16")
 MIXED_PRECISION = ("no", "fp16", "bf16")
 PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
@@ -79,7 +104,10 @@ class TrainSection:
         metadata={"help": "Step indices that take the SDE step; only these are trained."},
     )
     guidance_scale: float = field(
-        default=3.5, metadata={"help": "FLUX embedded guidance when sampling and training."}
+        default=3.5,
+        metadata={
+            "help": "FLUX/Kontext embedded guidance when sampling and training; for qwen_image_edit the true-CFG scale (> 1 enables CFG with negative_prompt)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -109,7 +137,10 @@ class EvalSection:
     )
     num_steps: int = field(default=10, metadata={"help": "Denoising steps (ODE) at evaluation."})
     guidance_scale: float = field(
-        default=3.5, metadata={"help": "FLUX embedded guidance at evaluation."}
+        default=3.5,
+        metadata={
+            "help": "FLUX/Kontext embedded guidance at evaluation (qwen_image_edit: true-CFG scale)."
+        },
     )
     every: int = field(
         default=10,
@@ -125,7 +156,7 @@ class EvalSection:
     prompt_file: str | None = field(
         default=None,
         metadata={
-            "help": "Test prompts (T2IS JSONL or text); defaults to the training prompt_file."
+            "help": "Test prompts (T2IS JSONL, text, or (prompt, image) parquet for editing pipelines); defaults to the training prompt_file."
         },
     )
     rewards: dict[str, float] | None = field(
@@ -162,7 +193,9 @@ class GRPOConfig:
 
     # ---- model
     model_name_or_path: str = field(
-        metadata={"help": "FluxPipeline folder or hub id (e.g. black-forest-labs/FLUX.1-dev)."}
+        metadata={
+            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image-Edit)."
+        }
     )
     prompt_file: str = field(
         metadata={
@@ -186,10 +219,22 @@ class GRPOConfig:
             "help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl, parquet for .parquet, else text."
         },
     )
+    pipeline: str = field(
+        default="flux",
+        metadata={
+            "help": f"Policy pipeline, one of {PIPELINES}: flux (FluxPipeline, text-to-image sets), flux_kontext (FluxKontextPipeline) or qwen_image_edit (QwenImageEditPipeline). Editing pipelines read (prompt, image) parquet; each reference is resized preserving its aspect ratio to the train/test resolution's area, the edit has the reference's size, and GRPO groups are keyed by (prompt id, image hash)."
+        },
+    )
+    negative_prompt: str = field(
+        default=" ",
+        metadata={
+            "help": "qwen_image_edit only: the negative prompt of true CFG (used when guidance_scale > 1)."
+        },
+    )
     item_resolution_overrides: bool = field(
         default=False,
         metadata={
-            "help": "Use each prompt item's height/width instead of train/test.resolution. Off by default: T2IS metadata says 1024 for every item, which would undo the 512 training resolution."
+            "help": "Use each prompt item's height/width instead of train/test.resolution (editing pipelines: height x width is the reference area). Off by default: T2IS metadata says 1024 for every item, which would undo the 512 training resolution."
         },
     )
     max_sequence_length: int = field(default=512, metadata={"help": "T5 tokens per prompt."})
@@ -334,6 +379,7 @@ class GRPOConfig:
             self.test = _from_dict(EvalSection, self.test, "test.")
         _check_weights("rewards", self.rewards)
         choices = {
+            "pipeline": (self.pipeline, PIPELINES),
             "prompt_format": (self.prompt_format, PROMPT_FORMATS),
             "dtype": (self.dtype, DTYPES),
             "mixed_precision": (self.mixed_precision, MIXED_PRECISION),
@@ -387,6 +433,20 @@ class GRPOConfig:
             raise ValueError(
                 "lora_target_modules is empty; list the transformer projections to adapt."
             )
+        if self.pipeline in EDIT_PIPELINES:
+            for name, path in (
+                ("prompt_file", self.prompt_file),
+                ("test.prompt_file", self.test.prompt_file),
+            ):
+                fmt = self.prompt_format
+                if path is not None and fmt == "auto":
+                    fmt = "parquet" if str(path).endswith(".parquet") else "other"
+                if path is not None and fmt != "parquet":
+                    raise ValueError(
+                        f"pipeline={self.pipeline!r} edits a reference image per prompt, so {name} "
+                        f"must be (prompt, image) parquet; got {path!r} with "
+                        f"prompt_format={self.prompt_format!r}."
+                    )
         unknown_kwargs = set(self.reward_kwargs) - set(self.rewards)
         if unknown_kwargs:
             raise ValueError(

@@ -43,7 +43,8 @@ import torch
 from paco_grpo.advantages import compute_advantages
 from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
 from paco_grpo.data import PromptItem, load_prompts
-from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.edit_pipeline import EDIT_SAMPLERS, prepare_edit_items
+from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
 from paco_grpo.pipeline import FlowGRPOSampler
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.sde import sde_step
@@ -119,11 +120,22 @@ class GRPOTrainer:
                 )
         self.test_rewards = test_rewards
 
-        # --- pipeline, frozen parts, LoRA
+        # --- pipeline, frozen parts, LoRA, sampler
+        self.editing = cfg.pipeline in EDIT_PIPELINES
         self.pipe = pipeline if pipeline is not None else self._load_pipeline()
+        if self.editing:
+            expected = EDIT_SAMPLERS[cfg.pipeline][1]
+            if expected not in {c.__name__ for c in type(self.pipe).__mro__}:
+                raise ValueError(
+                    f"config.pipeline={cfg.pipeline!r} needs a diffusers {expected}; got a "
+                    f"{type(self.pipe).__name__}. Set `pipeline:` to the model's type."
+                )
         self.pipe.set_progress_bar_config(disable=True)
         self.transformer = self._add_lora(self.pipe.transformer)
-        self.sampler = FlowGRPOSampler(self.pipe, max_sequence_length=cfg.max_sequence_length)
+        self.sampler = self._build_sampler()
+        if self.editing:  # references resized to each resolution's area, once
+            self.items = self._edit_items(self.items, cfg.train.resolution)
+            self.test_items = self._edit_items(self.test_items, cfg.test.resolution)
         self.params = [p for p in self.transformer.parameters() if p.requires_grad]
 
         # --- optimizer, scheduler, EMA
@@ -163,25 +175,43 @@ class GRPOTrainer:
 
     # ================================================================== setup helpers
     def _load_pipeline(self):
-        from diffusers import FluxPipeline
+        import diffusers
 
-        pipe = FluxPipeline.from_pretrained(
+        name = EDIT_SAMPLERS[self.config.pipeline][1] if self.editing else "FluxPipeline"
+        pipe = getattr(diffusers, name).from_pretrained(
             self.config.model_name_or_path, dtype=_DTYPES[self.config.dtype]
         )
         return pipe.to(self.accelerator.device)
+
+    def _build_sampler(self):
+        cfg = self.config
+        if not self.editing:
+            return FlowGRPOSampler(self.pipe, max_sequence_length=cfg.max_sequence_length)
+        sampler_cls = EDIT_SAMPLERS[cfg.pipeline][0]
+        kwargs = (
+            {"negative_prompt": cfg.negative_prompt} if cfg.pipeline == "qwen_image_edit" else {}
+        )
+        return sampler_cls(self.pipe, max_sequence_length=cfg.max_sequence_length, **kwargs)
+
+    def _edit_items(self, items: list[PromptItem], resolution: int) -> list[PromptItem]:
+        """Editing items with their reference resized to ``resolution**2`` pixels (or the item's
+        height x width with ``item_resolution_overrides``), aspect ratio preserved."""
+        areas = [
+            int(it.height) * int(it.width)
+            if self.config.item_resolution_overrides and it.height and it.width
+            else resolution * resolution
+            for it in items
+        ]
+        return prepare_edit_items(items, areas, self.sampler.size_multiple)
 
     def _add_lora(self, transformer):
         from diffusers.training_utils import cast_training_params
         from peft import LoraConfig
 
         cfg = self.config
-        for module in (
-            self.pipe.vae,
-            self.pipe.text_encoder,
-            self.pipe.text_encoder_2,
-            transformer,
-        ):
-            module.requires_grad_(False)
+        for module in [*self.pipe.components.values(), transformer]:
+            if isinstance(module, torch.nn.Module):
+                module.requires_grad_(False)
         targets = [
             name
             for name, _ in transformer.named_modules()
@@ -207,9 +237,64 @@ class GRPOTrainer:
         return transformer
 
     def _resolution(self, item: PromptItem, default: int) -> tuple[int, int]:
+        if self.editing:  # an edit has its (resized) reference's size
+            reference = item.metadata["source_image"]
+            return reference.height, reference.width
         if self.config.item_resolution_overrides and item.height and item.width:
             return int(item.height), int(item.width)
         return default, default
+
+    def group_key(self, item: PromptItem) -> str | tuple[str, str]:
+        """GRPO group of an item's samples: the prompt id, and for editing ``(prompt id,
+        image hash)`` (one instruction applied to different images is different groups).
+
+        Example:
+            >>> trainer.group_key(trainer.items[0])       # doctest: +SKIP
+            ('0', '3f1c...')
+        """
+        if self.editing:
+            return (item.id, item.metadata["source_image_hash"])
+        return item.id
+
+    def _sample(
+        self,
+        items: list[PromptItem],
+        size: tuple[int, int],
+        section,
+        generator,
+        transformer,
+        noise: bool,
+    ):
+        """One sampling call of the policy for ``items`` at ``size`` (SDE at the train noise
+        steps when ``noise``, else ODE); editing policies get each item's reference image."""
+        tc = self.config.train
+        kwargs = {
+            "num_steps": section.num_steps,
+            "guidance_scale": section.guidance_scale,
+            "noise_level": tc.noise_level if noise else 0.0,
+            "noise_steps": tc.noise_steps if noise else [],
+            "generator": generator,
+            "transformer": transformer,
+        }
+        prompts = [it.prompt for it in items]
+        if self.editing:
+            references = [it.metadata["source_image"] for it in items]
+            return self.sampler(prompts, references, area=None, **kwargs)
+        return self.sampler(prompts, height=size[0], width=size[1], **kwargs)
+
+    def _velocity(self, model, x, timesteps, items: list[PromptItem], size: tuple[int, int]):
+        """The policy's velocity for recorded latents ``x`` of ``items`` (conditioning cached)."""
+        guidance = self.config.train.guidance_scale
+        prompts = [it.prompt for it in items]
+        if self.editing:
+            references = [it.metadata["source_image"] for it in items]
+            cond = self.sampler.condition(prompts, references, size[0], size[1])
+            return self.sampler.velocity(model, x, timesteps, cond, guidance)
+        cond = self.sampler.encode_prompts(prompts)
+        img_ids = self.sampler.latent_ids(
+            size[0], size[1], self.accelerator.device, cond.prompt_embeds.dtype
+        )
+        return self.sampler.velocity(model, x, timesteps, cond, img_ids, guidance)
 
     # ================================================================== rewards
     @staticmethod
@@ -271,16 +356,8 @@ class GRPOTrainer:
                 part = [i for i in chunk if self._resolution(self.items[i], tc.resolution) == size]
                 t0 = time.perf_counter()
                 with self.accelerator.autocast():
-                    out = self.sampler(
-                        [self.items[i].prompt for i in part],
-                        height=size[0],
-                        width=size[1],
-                        num_steps=tc.num_steps,
-                        guidance_scale=tc.guidance_scale,
-                        noise_level=tc.noise_level,
-                        noise_steps=tc.noise_steps,
-                        generator=generator,
-                        transformer=unwrapped,
+                    out = self._sample(
+                        [self.items[i] for i in part], size, tc, generator, unwrapped, noise=True
                     )
                 t1 = time.perf_counter()
                 inputs = self._reward_inputs(out.images, [self.items[i] for i in part])
@@ -322,15 +399,9 @@ class GRPOTrainer:
     # ================================================================== training
     def _transition(self, model, batch: dict, j: int):
         """``(log_prob, mean, std)`` of the recorded transition ``j`` under ``model``."""
-        size = batch["size"]
-        cond = self.sampler.encode_prompts([self.items[i].prompt for i in batch["items"]])
-        img_ids = self.sampler.latent_ids(
-            size[0], size[1], self.accelerator.device, cond.prompt_embeds.dtype
-        )
         x = batch["latents"][:, j]
-        v = self.sampler.velocity(
-            model, x, batch["timesteps"][:, j], cond, img_ids, self.config.train.guidance_scale
-        )
+        items = [self.items[i] for i in batch["items"]]
+        v = self._velocity(model, x, batch["timesteps"][:, j], items, batch["size"])
         _, log_prob, mean, std = sde_step(
             x,
             v,
@@ -467,30 +538,28 @@ class GRPOTrainer:
         try:
             for idx in loader:
                 items = [self.test_items[i] for i in idx]
-                size = self._resolution(items[0], tc.resolution)
                 generator = torch.Generator(self.accelerator.device).manual_seed(
                     _seed(tc.seed, idx[0])
                 )
-                with self.accelerator.autocast():
-                    out = self.sampler(
-                        [it.prompt for it in items],
-                        height=size[0],
-                        width=size[1],
-                        num_steps=tc.num_steps,
-                        guidance_scale=tc.guidance_scale,
-                        noise_level=0.0,
-                        noise_steps=[],
-                        generator=generator,
-                        transformer=unwrapped,
-                    )
-                scores = self.compute_rewards(self.test_rewards, out.images, items)
+                by_size: dict[tuple[int, int], list[int]] = {}  # edits keep their aspect ratio
+                for pos, item in enumerate(items):
+                    by_size.setdefault(self._resolution(item, tc.resolution), []).append(pos)
+                scores = {n: np.full(len(items), np.nan) for n in self.test_rewards}
+                for size, positions in by_size.items():
+                    part = [items[p] for p in positions]
+                    with self.accelerator.autocast():
+                        out = self._sample(part, size, tc, generator, unwrapped, noise=False)
+                    for name, values in self.compute_rewards(
+                        self.test_rewards, out.images, part
+                    ).items():
+                        scores[name][positions] = values
+                    if self.accelerator.is_main_process and idx[0] == 0 and positions[0] == 0:
+                        self._save_grid(
+                            out.images, self.output_dir / "samples" / f"eval_epoch_{epoch:05d}.png"
+                        )
                 for name, values in scores.items():
                     t = torch.as_tensor(values, dtype=torch.float64, device=self.accelerator.device)
                     gathered[name].append(self.accelerator.gather_for_metrics(t).cpu())
-                if self.accelerator.is_main_process and idx[0] == 0:
-                    self._save_grid(
-                        out.images, self.output_dir / "samples" / f"eval_epoch_{epoch:05d}.png"
-                    )
         finally:
             if self.ema is not None:
                 self.ema.restore(self.params)
@@ -525,7 +594,7 @@ class GRPOTrainer:
         result = compute_advantages(
             all_rewards,
             {n: w for n, w in cfg.rewards.items()},
-            [self.items[i].id for i in all_ids],
+            [self.group_key(self.items[i]) for i in all_ids],
             aggregator=cfg.aggregator,
             threshold=cfg.log_taming_threshold,
             std_scope=cfg.std_scope,
@@ -637,9 +706,14 @@ class GRPOTrainer:
 
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.stem + ".tmp.png")
-        save_image(
-            make_grid(torch.stack([im.float().cpu() for im in images]), nrow=4, padding=2), tmp
-        )
+        images = [im.float().cpu() for im in images]
+        height = max(im.shape[1] for im in images)  # sizes differ with per-item resolutions
+        width = max(im.shape[2] for im in images)  # and with edits that keep aspect ratios
+        images = [
+            torch.nn.functional.pad(im, (0, width - im.shape[2], 0, height - im.shape[1]))
+            for im in images
+        ]
+        save_image(make_grid(torch.stack(images), nrow=4, padding=2), tmp)
         os.replace(tmp, path)
 
     # ================================================================== checkpoints
@@ -664,7 +738,6 @@ class GRPOTrainer:
 
     def save_checkpoint(self, next_epoch: int) -> Path | None:
         """Write ``checkpoints/checkpoint-<next_epoch>`` atomically and prune old ones."""
-        from diffusers import FluxPipeline
         from peft.utils import get_peft_model_state_dict
 
         self.accelerator.wait_for_everyone()
@@ -676,7 +749,7 @@ class GRPOTrainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         unwrapped = self.accelerator.unwrap_model(self.model)
-        FluxPipeline.save_lora_weights(
+        type(self.pipe).save_lora_weights(  # the pipeline's own LoRA format
             tmp,
             transformer_lora_layers=get_peft_model_state_dict(unwrapped),
             weight_name=LORA_WEIGHT_NAME,

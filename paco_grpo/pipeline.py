@@ -20,7 +20,7 @@ step and the step's log-probability, which is what the GRPO update re-evaluates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,13 @@ from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FlowGRPOSampler", "PromptEmbeddings", "SampleOutput"]
+__all__ = [
+    "FlowGRPOSampler",
+    "PromptEmbeddings",
+    "SampleOutput",
+    "check_sampling_inputs",
+    "sde_denoise",
+]
 
 
 @dataclass
@@ -199,16 +205,9 @@ class FlowGRPOSampler:
         pipe = self.pipe
         transformer = transformer if transformer is not None else pipe.transformer
         # 1. Check inputs
-        multiple = self.vae_scale_factor * 2
-        if height % multiple or width % multiple:
-            raise ValueError(
-                f"height and width must be multiples of {multiple}; got {height}x{width}."
-            )
-        noise_steps = sorted(set(int(s) for s in noise_steps))
-        if any(s < 0 or s >= num_steps for s in noise_steps):
-            raise ValueError(f"noise_steps {noise_steps} must lie in [0, {num_steps - 1}].")
-        if output_type not in ("pt", "latent"):
-            raise ValueError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
+        noise_steps = check_sampling_inputs(
+            height, width, self.vae_scale_factor * 2, num_steps, noise_steps, output_type
+        )
         device = pipe._execution_device
         batch = len(prompts)
 
@@ -232,32 +231,102 @@ class FlowGRPOSampler:
         schedule = flux_schedule(pipe.scheduler, num_steps, latents.shape[1], device=device)
 
         # 5. Denoising loop: Euler ODE steps, SDE steps at `noise_steps` (recorded)
-        before, after, log_probs = [], [], []
-        for i, t in enumerate(schedule.timesteps):
-            v = self.velocity(transformer, latents, t, cond, img_ids, guidance_scale)
-            sigma, sigma_next = schedule.sigmas[i], schedule.sigmas[i + 1]
-            level = noise_level if i in noise_steps else 0.0
-            new_latents, log_prob, _, _ = sde_step(
-                latents, v, sigma, sigma_next, level, schedule.sigma_max, generator=generator
-            )
-            if i in noise_steps:
-                before.append(latents)
-                after.append(new_latents)
-                log_probs.append(log_prob)
-            latents = new_latents.to(latents.dtype)
+        out = sde_denoise(
+            lambda x, t: self.velocity(transformer, x, t, cond, img_ids, guidance_scale),
+            latents,
+            schedule,
+            noise_level,
+            noise_steps,
+            generator,
+        )
 
         # 6. Decode
-        images = None if output_type == "latent" else self.decode(latents, height, width)
+        if output_type != "latent":
+            out.images = self.decode(out.latents, height, width)
+        return out
 
-        def stack(items, shape):
-            return torch.stack(items, dim=1) if items else latents.new_zeros(shape)
 
-        return SampleOutput(
-            images=images,
-            latents=latents,
-            noise_latents=stack(before, (batch, 0, *latents.shape[1:])),
-            noise_next_latents=stack(after, (batch, 0, *latents.shape[1:])),
-            log_probs=stack(log_probs, (batch, 0)),
-            noise_steps=noise_steps,
-            schedule=schedule,
+def check_sampling_inputs(
+    height: int,
+    width: int,
+    multiple: int,
+    num_steps: int,
+    noise_steps: Sequence[int],
+    output_type: str,
+) -> list[int]:
+    """Validate a sampler call's size, noise steps and output type; returns the sorted
+    distinct ``noise_steps``.
+
+    Example:
+        >>> check_sampling_inputs(64, 96, 16, 4, [2, 1, 2], "pt")
+        [1, 2]
+    """
+    if height % multiple or width % multiple:
+        raise ValueError(f"height and width must be multiples of {multiple}; got {height}x{width}.")
+    steps = sorted(set(int(s) for s in noise_steps))
+    if any(s < 0 or s >= num_steps for s in steps):
+        raise ValueError(f"noise_steps {steps} must lie in [0, {num_steps - 1}].")
+    if output_type not in ("pt", "latent"):
+        raise ValueError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
+    return steps
+
+
+def sde_denoise(
+    velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    latents: torch.Tensor,
+    schedule: FluxSchedule,
+    noise_level: float,
+    noise_steps: Sequence[int],
+    generator: torch.Generator | None = None,
+) -> SampleOutput:
+    """The denoising loop every sampler shares: Euler ODE steps, and the Flow-GRPO SDE step
+    (:func:`paco_grpo.sde.sde_step`) at ``noise_steps``, whose transitions and log-probs are
+    recorded.
+
+    Args:
+        velocity: ``velocity(latents, timestep) -> v``, the (guided) model prediction for the
+            packed ``latents`` at ``timestep`` in [0, 1000].
+        latents: packed initial latents ``(B, seq, C)``.
+        schedule: timesteps and sigmas.
+        noise_level: ``a`` of the SDE steps.
+        noise_steps: sorted step indices that take the SDE step.
+        generator: draws the SDE noise.
+
+    Returns:
+        A :class:`SampleOutput` with ``images=None`` (the caller decodes).
+
+    Example:
+        >>> from diffusers import FlowMatchEulerDiscreteScheduler
+        >>> from paco_grpo.timesteps import flux_schedule
+        >>> schedule = flux_schedule(FlowMatchEulerDiscreteScheduler(), 4, 16)
+        >>> out = sde_denoise(lambda x, t: -x, torch.ones(2, 16, 4), schedule, 0.7, [1])
+        >>> out.log_probs.shape, out.noise_latents.shape
+        (torch.Size([2, 1]), torch.Size([2, 1, 16, 4]))
+    """
+    before, after, log_probs = [], [], []
+    for i, t in enumerate(schedule.timesteps):
+        v = velocity(latents, t)
+        sigma, sigma_next = schedule.sigmas[i], schedule.sigmas[i + 1]
+        level = noise_level if i in noise_steps else 0.0
+        new_latents, log_prob, _, _ = sde_step(
+            latents, v, sigma, sigma_next, level, schedule.sigma_max, generator=generator
         )
+        if i in noise_steps:
+            before.append(latents)
+            after.append(new_latents)
+            log_probs.append(log_prob)
+        latents = new_latents.to(latents.dtype)
+    batch = latents.shape[0]
+
+    def stack(items, shape):
+        return torch.stack(items, dim=1) if items else latents.new_zeros(shape)
+
+    return SampleOutput(
+        images=None,
+        latents=latents,
+        noise_latents=stack(before, (batch, 0, *latents.shape[1:])),
+        noise_next_latents=stack(after, (batch, 0, *latents.shape[1:])),
+        log_probs=stack(log_probs, (batch, 0)),
+        noise_steps=list(noise_steps),
+        schedule=schedule,
+    )
