@@ -9,7 +9,7 @@ from pathlib import Path
 
 from demo.context import DemoContext
 
-STAGES = ["scoring", "data", "server", "benchmarks", "grpo"]
+STAGES = ["scoring", "data", "train", "server", "benchmarks", "grpo", "grpo_edit"]
 
 
 def main(argv: list[str] | None = None) -> None:

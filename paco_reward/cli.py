@@ -13,6 +13,7 @@ import logging
 COMMAND_MODULES = [
     "paco_reward.commands.score",
     "paco_reward.server.cli",
+    "paco_reward.training.cli",
 ]
 
 

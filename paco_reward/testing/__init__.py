@@ -6,6 +6,17 @@ Each builder writes an ordinary Hugging Face folder that loads through the same
 
 from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.testing.flux import build_tiny_flux
+from paco_reward.testing.flux_kontext import build_tiny_flux_kontext
+from paco_reward.testing.pickscore import build_tiny_pickscore
 from paco_reward.testing.qwen import build_tiny_model, build_tiny_tokenizer
+from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit
 
-__all__ = ["build_tiny_clip", "build_tiny_flux", "build_tiny_model", "build_tiny_tokenizer"]
+__all__ = [
+    "build_tiny_clip",
+    "build_tiny_flux",
+    "build_tiny_flux_kontext",
+    "build_tiny_model",
+    "build_tiny_pickscore",
+    "build_tiny_qwen_image_edit",
+    "build_tiny_tokenizer",
+]
