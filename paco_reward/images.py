@@ -128,6 +128,24 @@ class ImagePolicy:
     max_pixels: int = QWEN_MAX_PIXELS
     factor: int = 28
 
+    @classmethod
+    def from_processor(
+        cls, processor, min_pixels: int | None = None, max_pixels: int | None = None
+    ) -> ImagePolicy:
+        """The policy of a Qwen2.5-VL processor, optionally with a tighter/looser budget."""
+        image_processor = processor.image_processor
+        size = image_processor.size
+        return cls(
+            min_pixels=min_pixels or size["shortest_edge"],
+            max_pixels=max_pixels or size["longest_edge"],
+            factor=image_processor.patch_size * image_processor.merge_size,
+        )
+
+    @property
+    def processor_size(self) -> dict[str, int]:
+        """``size=`` for the image processor, which re-applies its own budget: keep it ours."""
+        return {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
+
     def __post_init__(self) -> None:
         if self.min_pixels > self.max_pixels:
             raise ValueError(

@@ -103,19 +103,8 @@ class LocalBackend:
         self.batch_size = batch_size
         self.name = name
         self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
-        image_processor = processor.image_processor
-        size = image_processor.size
-        self.image_policy = ImagePolicy(
-            min_pixels=min_pixels or size["shortest_edge"],
-            max_pixels=max_pixels or size["longest_edge"],
-            factor=image_processor.patch_size * image_processor.merge_size,
-        )
-        # The processor re-applies its own pixel budget; keep it equal to ours.
-        self._processor_size = {
-            "shortest_edge": self.image_policy.min_pixels,
-            "longest_edge": self.image_policy.max_pixels,
-        }
-        self.merge_length = image_processor.merge_size**2
+        self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
+        self.merge_length = processor.image_processor.merge_size**2
         self.image_token_id = processor.image_token_id
         self.pad_token_id = self.tokenizer.pad_token_id
         self._prompt_ids: dict[str, list[int]] = {}
@@ -165,7 +154,7 @@ class LocalBackend:
     def preprocess_images(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
         """Pixel patches and (t, h, w) grids of already-resized images, as the processor makes them."""
         out = self.processor.image_processor(
-            images=list(images), size=self._processor_size, return_tensors="pt"
+            images=list(images), size=self.image_policy.processor_size, return_tensors="pt"
         )
         return out["pixel_values"], out["image_grid_thw"]
 

@@ -74,18 +74,8 @@ class PacoSFTCollator:
     ) -> None:
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        image_processor = processor.image_processor
-        size = image_processor.size
-        self.image_policy = ImagePolicy(
-            min_pixels=min_pixels or size["shortest_edge"],
-            max_pixels=max_pixels or size["longest_edge"],
-            factor=image_processor.patch_size * image_processor.merge_size,
-        )
-        self._processor_size = {
-            "shortest_edge": self.image_policy.min_pixels,
-            "longest_edge": self.image_policy.max_pixels,
-        }
-        self.merge_length = image_processor.merge_size**2
+        self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
+        self.merge_length = processor.image_processor.merge_size**2
         self.image_token_id = processor.image_token_id
         self.end_of_turn_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_token_id = self.tokenizer.pad_token_id
@@ -128,7 +118,7 @@ class PacoSFTCollator:
                 name = f"rows[{k}].{column}"
                 pil.append(resize_for_model(_row_image(row[column], name), self.image_policy, name))
         out = self.processor.image_processor(
-            images=pil, size=self._processor_size, return_tensors="pt"
+            images=pil, size=self.image_policy.processor_size, return_tensors="pt"
         )
         return out["pixel_values"], out["image_grid_thw"]
 

@@ -19,6 +19,7 @@ import hashlib
 import numpy as np
 from PIL import Image, ImageDraw
 
+from data_pipeline.export import COLUMNS
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -67,7 +68,7 @@ def colour_pairs(
     names = list(palette)
     rng = np.random.default_rng(seed)
     instruction = render_instruction(template, prompt or None)
-    rows: dict[str, list] = {k: [] for k in _COLUMNS}
+    rows: dict[str, list] = {k: [] for k in COLUMNS}
     for i in range(n):
         first = names[int(rng.integers(len(names)))]
         same = bool(i % 2 == 0)
@@ -125,18 +126,3 @@ def colour_pair_splits(train_size: int, test_size: int, seed: int = 0, **kwargs)
             "test": colour_pairs(test_size, seed=seed + 1_000_003, **kwargs),
         }
     )
-
-
-_COLUMNS = (
-    "pair_id",
-    "prompt_id",
-    "image_a",
-    "image_b",
-    "template",
-    "prompt",
-    "label",
-    "reasons",
-    "messages",
-    "category",
-    "source",
-)

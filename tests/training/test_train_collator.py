@@ -147,6 +147,6 @@ def test_scorer_inputs_match_the_processor(rows, backend):
         add_generation_prompt=True,
     )
     reference = processor(
-        text=[text], images=images, images_kwargs={"size": backend._processor_size}
+        text=[text], images=images, images_kwargs={"size": backend.image_policy.processor_size}
     )
     assert ours == list(reference["input_ids"][0])
