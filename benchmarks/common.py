@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from paco_reward.atomic_io import atomic_write_text, save_figure
 from paco_reward.errors import PacoError
 
 logger = logging.getLogger(__name__)
@@ -233,16 +234,8 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
 
 
 def _json_default(obj: Any):
@@ -314,7 +307,7 @@ def write_tables(stem: Path, header: Sequence[str], rows: list[Sequence[Any]]) -
     paths = {}
     for fmt in ("txt", "md", "tex"):
         path = stem.with_suffix(f".{fmt}")
-        write_text_atomic(path, format_table(header, rows, fmt) + "\n")
+        atomic_write_text(path, format_table(header, rows, fmt) + "\n")
         paths[fmt] = path
     return paths
 
@@ -347,8 +340,4 @@ def bar_chart(
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -17,13 +17,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
+from paco_reward.atomic_io import atomic_write_bytes, atomic_write_text
 from paco_reward.errors import PacoError
 
 logger = logging.getLogger(__name__)
@@ -41,31 +41,6 @@ def stable_id(*parts: Any, length: int = 16) -> str:
     """
     text = "|".join(str(p) for p in parts)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:length]
-
-
-def _atomic_target(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (tmp file + fsync + ``os.replace``)."""
-    path = Path(path)
-    fd, tmp = _atomic_target(path)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -11,7 +11,6 @@ ratio over epochs.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -20,6 +19,7 @@ from demo.context import DemoContext, print_table
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.rewards import CLIPTextReward, ConsistencyReward
+from paco_reward.atomic_io import save_figure
 from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.testing.flux import build_tiny_flux
 
@@ -49,10 +49,7 @@ def plot_reward_ratio(history: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def run(ctx: DemoContext) -> None:

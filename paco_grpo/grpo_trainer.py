@@ -28,6 +28,7 @@ epoch and RNG states; ``resume_from`` continues bit for bit on CPU.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import math
@@ -48,6 +49,7 @@ from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
 from paco_grpo.pipeline import FlowGRPOSampler
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.sde import sde_step
+from paco_reward.atomic_io import atomic_write_bytes, atomic_write_text, save_figure
 
 logger = logging.getLogger(__name__)
 
@@ -705,7 +707,6 @@ class GRPOTrainer:
         from torchvision.utils import make_grid, save_image
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".tmp.png")
         images = [im.float().cpu() for im in images]
         height = max(im.shape[1] for im in images)  # sizes differ with per-item resolutions
         width = max(im.shape[2] for im in images)  # and with edits that keep aspect ratios
@@ -713,8 +714,9 @@ class GRPOTrainer:
             torch.nn.functional.pad(im, (0, width - im.shape[2], 0, height - im.shape[1]))
             for im in images
         ]
-        save_image(make_grid(torch.stack(images), nrow=4, padding=2), tmp)
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        save_image(make_grid(torch.stack(images), nrow=4, padding=2), buffer, format="png")
+        atomic_write_bytes(path, buffer.getvalue())
 
     # ================================================================== checkpoints
     def _checkpoint_root(self) -> Path:
@@ -808,9 +810,7 @@ class GRPOTrainer:
             ]
             self.history = [r for r in rows if r["epoch"] < self.start_epoch]
             if self.accelerator.is_main_process:
-                tmp = metrics_file.with_suffix(".tmp")
-                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history))
-                os.replace(tmp, metrics_file)
+                atomic_write_text(metrics_file, "".join(json.dumps(r) + "\n" for r in self.history))
         logger.info("resumed from %s at epoch %d", path, self.start_epoch)
 
 
@@ -890,7 +890,4 @@ def plot_reward_curve(history: list[dict], path: str | Path) -> None:
     if keys:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from paco_reward.atomic_io import atomic_write_text, save_figure
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +26,6 @@ def read_metrics(output_dir: str | Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def plot_metrics(rows: list[dict], path: str | Path, warmup_steps: int = 0) -> Path | None:
@@ -65,11 +60,7 @@ def plot_metrics(rows: list[dict], path: str | Path, warmup_steps: int = 0) -> P
         ax.legend(loc="upper right")
     ax.set_title("PaCo-Reward SFT")
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -88,7 +79,7 @@ class MetricsFileCallback(TrainerCallback):
                 len(rows) - len(kept),
             )
             text = "".join(json.dumps(r) + "\n" for r in kept)
-            _atomic_write_text(Path(args.output_dir) / METRICS_FILE, text)
+            atomic_write_text(Path(args.output_dir) / METRICS_FILE, text)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -8,10 +8,11 @@ library_name: transformers
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from paco_reward.atomic_io import atomic_write_text
 
 _RECIPE_KEYS = (
     "model_name_or_path",
@@ -97,9 +98,7 @@ def render_model_card(
 def write_model_card(output_dir: str | Path, **kwargs: Any) -> Path:
     """Write ``README.md`` (atomically) into ``output_dir``; kwargs as :func:`render_model_card`."""
     path = Path(output_dir) / "README.md"
-    tmp = path.with_name("README.md.tmp")
-    tmp.write_text(render_model_card(**kwargs))
-    os.replace(tmp, path)
+    atomic_write_text(path, render_model_card(**kwargs))
     return path
 
 
