@@ -93,7 +93,7 @@ def _cmd_pairs(args) -> int:
     rule = LabelRule(
         top_k=args.top_k,
         bottom_k=args.bottom_k,
-        drop_ties=not args.keep_ties,
+        ties=args.ties,
         template=args.template,
         prompt_field=args.prompt_field,
     )
@@ -184,6 +184,8 @@ def _synthetic_config(args):
         panel_size=args.panel_size,
         annotators=args.annotators,
         noise=args.noise,
+        grid_drift=args.grid_drift,
+        panel_break=args.panel_break,
         seed=args.seed,
     )
 
@@ -218,6 +220,12 @@ def _add_synthetic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--panel-size", type=int, default=64, help="panel side in pixels")
     p.add_argument("--annotators", type=int, default=3, help="simulated annotators")
     p.add_argument("--noise", type=float, default=0.08, help="annotator noise (std)")
+    p.add_argument(
+        "--grid-drift", type=float, default=0.1, help="probability a grid drifts (1 attribute)"
+    )
+    p.add_argument(
+        "--panel-break", type=float, default=0.2, help="probability a panel breaks 2-3 attributes"
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -268,7 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("pairs", _cmd_pairs, "stage 5: rankings -> Yes/No pairs")
     p.add_argument("--top-k", type=int, default=1)
     p.add_argument("--bottom-k", type=int, default=1)
-    p.add_argument("--keep-ties", action="store_true", help="take whole tie groups at the boundary")
+    p.add_argument(
+        "--ties",
+        choices=["drop", "all", "first"],
+        default="drop",
+        help="a tie at the top-k/bottom-k boundary: drop that side (paper), take the whole "
+        "group, or take its first candidates",
+    )
     p.add_argument("--template", default="consistency")
     p.add_argument("--prompt-field", default="theme")
     p.add_argument("--edit-pairs", type=Path, default=None, help="editing pairs JSONL to add")

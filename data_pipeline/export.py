@@ -76,17 +76,21 @@ class ExportConfig:
         default=True,
         metadata={"help": "Also write the ConsistencyRank benchmark layout of the test prompts."},
     )
-    rank_skip_ties: bool = field(
-        default=True,
+    rank_ties: str = field(
+        default="collapse",
         metadata={
-            "help": "ConsistencyRank needs a full order: skip instances whose merged ranking "
-            "has ties (if False, ties are broken by candidate index)."
+            "help": "ConsistencyRank needs a full order. 'collapse': a group of tied "
+            "candidates (equally consistent to the annotators) is kept as one candidate, its "
+            "first, and instances with fewer than two groups are skipped; 'skip': instances "
+            "with any tie are skipped."
         },
     )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in [0, 1); got {self.test_fraction}.")
+        if self.rank_ties not in ("collapse", "skip"):
+            raise ValueError(f"rank_ties must be 'collapse' or 'skip'; got {self.rank_ties!r}.")
 
 
 def split_prompts(prompt_ids: list[str], test_fraction: float, seed: int = 0) -> set[str]:
@@ -274,9 +278,10 @@ def export_llamafactory(splits: dict[str, list[dict]], out_dir: Path, name: str 
 
 
 def export_consistency_rank(
-    work_dir: Path, out_dir: Path, prompt_ids: set[str], skip_ties: bool = True
+    work_dir: Path, out_dir: Path, prompt_ids: set[str], ties: str = "collapse"
 ) -> Path:
-    """The ConsistencyRank layout of the ranked instances of ``prompt_ids``."""
+    """The ConsistencyRank layout of the ranked instances of ``prompt_ids`` (``ties``: see
+    :attr:`ExportConfig.rank_ties`)."""
     folder = out_dir / "consistency_rank"
     prompts = read_prompts(work_dir)
     instances = read_instances(work_dir)
@@ -288,11 +293,14 @@ def export_consistency_rank(
         if inst is None or inst["prompt_id"] not in prompt_ids:
             continue
         groups = result["ranking"]
-        if skip_ties and any(len(g) > 1 for g in groups):
+        if ties == "skip" and any(len(g) > 1 for g in groups):
             continue
-        order = [c for g in groups for c in sorted(g)]
+        order = [min(g) for g in groups]
+        if len(order) < 2:
+            continue
+        kept = sorted(order)
         names = []
-        for panel in [inst["reference"], *inst["candidates"]]:
+        for panel in [inst["reference"], *(inst["candidates"][c] for c in kept)]:
             name = f"{panel['grid']}_{panel['pos']}.png"
             target = folder / "images" / inst["prompt_id"] / name
             if not target.is_file():
@@ -304,7 +312,7 @@ def export_consistency_rank(
                 "folder": inst["prompt_id"],
                 "ref_image": names[0],
                 "comp_images": comp,
-                "rank_images": [comp[c] for c in order],
+                "rank_images": [comp[kept.index(c)] for c in order],
                 "instance_id": instance_id,
             }
         )
@@ -347,7 +355,7 @@ def export_dataset(
     if config.llamafactory:
         export_llamafactory(splits, out_dir)
     if config.consistency_rank:
-        export_consistency_rank(work_dir, out_dir, test_ids, config.rank_skip_ties)
+        export_consistency_rank(work_dir, out_dir, test_ids, config.rank_ties)
     write_json(
         out_dir / "export_info.json",
         {

@@ -23,6 +23,7 @@ from paco_reward.templates import TEMPLATES
 logger = logging.getLogger(__name__)
 
 PAIRS_FILE = "pairs.jsonl"
+TIE_RULES = ("drop", "all", "first")
 
 
 @dataclass
@@ -35,11 +36,12 @@ class LabelRule:
     bottom_k: int = field(
         default=1, metadata={"help": "The k worst candidates become inconsistent ('No') pairs."}
     )
-    drop_ties: bool = field(
-        default=True,
+    ties: str = field(
+        default="drop",
         metadata={
-            "help": "Drop a side whose k-th candidate is tied with the next one (the paper "
-            "discards ties). If False, the whole tie group at the boundary is taken."
+            "help": "When the k-th candidate is tied with the next: 'drop' that side (the "
+            "paper discards ties), 'all' take the whole tie group, 'first' take the group's "
+            "lowest candidate indices up to k (tied candidates are equally good examples)."
         },
     )
     template: str = field(
@@ -59,15 +61,20 @@ class LabelRule:
             )
         if self.template not in TEMPLATES:
             raise ValueError(f"template must be one of {sorted(TEMPLATES)}; got {self.template!r}.")
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties must be one of {TIE_RULES}; got {self.ties!r}.")
 
 
-def _take(groups: list[list[int]], k: int, drop_ties: bool) -> list[int]:
+def _take(groups: list[list[int]], k: int, ties: str) -> list[int]:
     taken: list[int] = []
     for g in groups:
         if len(taken) >= k:
             break
-        if len(taken) + len(g) > k and drop_ties:
-            return taken if taken else []
+        if len(taken) + len(g) > k:
+            if ties == "drop":
+                return taken
+            if ties == "first":
+                return taken + sorted(g)[: k - len(taken)]
         taken.extend(g)
     return taken
 
@@ -77,8 +84,8 @@ def label_candidates(groups: list[list[int]], rule: LabelRule) -> dict[int, int]
 
     A candidate that would be both (too few candidates, everything tied) gets no label.
     """
-    top = _take(groups, rule.top_k, rule.drop_ties) if rule.top_k else []
-    bottom = _take(groups[::-1], rule.bottom_k, rule.drop_ties) if rule.bottom_k else []
+    top = _take(groups, rule.top_k, rule.ties) if rule.top_k else []
+    bottom = _take(groups[::-1], rule.bottom_k, rule.ties) if rule.bottom_k else []
     both = set(top) & set(bottom)
     labels = {c: 1 for c in top if c not in both}
     labels.update({c: 0 for c in bottom if c not in both})

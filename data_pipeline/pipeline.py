@@ -12,16 +12,23 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_pipeline.export import ExportConfig, export_dataset
-from data_pipeline.generate import ingest_grids
+from data_pipeline.export import ExportConfig, export_dataset, export_hf, pair_messages
+from data_pipeline.generate import ingest_grids, read_panels
 from data_pipeline.instances import PairingConfig, build_instances, read_instances
 from data_pipeline.pairs import LabelRule, build_pairs, read_pairs
 from data_pipeline.prompts import prepare_prompts, read_prompts
 from data_pipeline.rankings import ingest_rankings
-from data_pipeline.reasons import REASONS_FILE, TemplateReasoner, annotate_reasons
+from data_pipeline.reasons import (
+    REASONS_FILE,
+    TemplateReasoner,
+    annotate_reasons,
+    attribute_comparison,
+)
 from data_pipeline.stats import write_stats
-from data_pipeline.storage import write_json, write_jsonl
+from data_pipeline.storage import DataPipelineError, stable_id, write_json, write_jsonl
 from data_pipeline.synthetic import (
+    IDENTITY,
+    STYLE,
     SimulatedAnnotators,
     SyntheticWorld,
     attribute_describer,
@@ -45,6 +52,12 @@ class SyntheticConfig:
     panel_size: int = field(default=64, metadata={"help": "Panel side in pixels."})
     annotators: int = field(default=3, metadata={"help": "Simulated annotators per instance."})
     noise: float = field(default=0.08, metadata={"help": "Annotator score noise (std)."})
+    grid_drift: float = field(
+        default=0.1, metadata={"help": "Probability that a grid draws a different character/style."}
+    )
+    panel_break: float = field(
+        default=0.2, metadata={"help": "Probability that a panel breaks 2-3 attributes."}
+    )
     seed: int = field(default=0, metadata={"help": "World and annotator seed."})
 
     def __post_init__(self) -> None:
@@ -55,7 +68,12 @@ class SyntheticConfig:
             )
 
     def world(self) -> SyntheticWorld:
-        return SyntheticWorld(seed=self.seed, panel_size=self.panel_size)
+        return SyntheticWorld(
+            seed=self.seed,
+            panel_size=self.panel_size,
+            grid_drift=self.grid_drift,
+            panel_break=self.panel_break,
+        )
 
     def layout_tuples(self) -> list[tuple[int, int]]:
         from data_pipeline.grids import parse_layout
@@ -121,8 +139,14 @@ def run_synthetic(
     """Every stage on the synthetic world; returns the statistics (also in ``stats.json``).
 
     Each stage is resumable, so calling this again on the same folder redoes only
-    cheap, deterministic bookkeeping and asks no reason twice.
+    cheap, deterministic bookkeeping and asks no reason twice. When the export holds
+    prompts out, their ground-truth pairs go to ``export/truth`` (:func:`export_truth_pairs`).
+
+    The default label rule keeps whole tie groups (``LabelRule(ties="all")``): the
+    simulated annotators tie candidates that look alike, and dropping ties would drop
+    most consistent pairs (several panels of a grid often match the reference exactly).
     """
+    rule = rule or LabelRule(ties="all")
     work_dir = Path(work_dir)
     inputs = make_synthetic_inputs(work_dir, config)
     prepare_prompts(inputs["prompts"], work_dir, source="synthetic")
@@ -138,26 +162,144 @@ def run_synthetic(
         load_images=False,
         progress=False,
     )
-    export_dataset(work_dir, work_dir / "export", export)
-    stats = write_stats(work_dir, work_dir / "export")
+    export_dir = export_dataset(work_dir, work_dir / "export", export)
+    stats = write_stats(work_dir, export_dir)
     stats["synthetic_truth"] = truth_stats(work_dir)
+    if json.loads((export_dir / "export_info.json").read_text())["test_prompts"]:
+        from datasets import load_from_disk
+
+        truth_dir = export_truth_pairs(work_dir, export_dir)
+        stats["synthetic_truth"]["held_out_truth_pairs"] = len(
+            load_from_disk(str(truth_dir / "hf"))["test"]
+        )
     write_json(work_dir / "stats.json", stats)
     return stats
 
 
 def truth_stats(work_dir: str | Path) -> dict:
-    """SYNTHETIC: mean ground-truth similarity of consistent and inconsistent pairs (how
-    clean the simulated annotators' labels are)."""
+    """SYNTHETIC: how clean the simulated annotators' labels are. Mean ground-truth
+    similarity of consistent and inconsistent pairs, and ``label_ceiling``: the accuracy of
+    the best threshold on ground-truth similarity against the labels (what a perfect
+    judge of the two images could reach, since labels are relative to each ranking)."""
     config = load_synthetic_config(work_dir)
     if config is None:
         return {}
     world, prompts = config.world(), read_prompts(work_dir)
+    scored = [
+        (s, p["label"])
+        for p in read_pairs(work_dir)
+        if (s := pair_truth(p, world, prompts)) is not None
+    ]
     out = {}
     for label, name in ((1, "consistent"), (0, "inconsistent")):
-        sims = [
-            s
-            for p in read_pairs(work_dir)
-            if p["label"] == label and (s := pair_truth(p, world, prompts)) is not None
-        ]
+        sims = [s for s, y in scored if y == label]
         out[f"mean_similarity_{name}"] = sum(sims) / len(sims) if sims else None
+    if scored:
+        out["label_ceiling"] = max(
+            sum((s >= t) == bool(y) for s, y in scored) / len(scored)
+            for t in {s for s, _ in scored}
+        )
     return out
+
+
+def truth_pairs(
+    work_dir: str | Path,
+    prompt_ids: set[str] | None = None,
+    min_difference: int = 2,
+    seed: int = 0,
+) -> list[dict]:
+    """SYNTHETIC: panel pairs labelled by ground truth instead of by annotators, for
+    measuring what an evaluator learned without the annotators' noise.
+
+    Every two panels of different grids of a prompt form a pair: consistent (1) when they
+    agree on every identity and style attribute, inconsistent (0) when they differ in at
+    least ``min_difference`` of them; pairs in between are left out (too close to call).
+    The larger class is subsampled (seeded) to the size of the smaller, and the order of
+    the two panels is shuffled. Rows follow the exported pair schema (image paths,
+    template reasons).
+
+    Args:
+        work_dir: a folder made by :func:`run_synthetic` (or the synthetic stages).
+        prompt_ids: only these prompts (e.g. the held-out split); default all.
+        min_difference: how many attributes an inconsistent pair differs in at least.
+        seed: seed of the subsampling and of the panel order.
+    """
+    import random
+
+    work_dir = Path(work_dir)
+    config = load_synthetic_config(work_dir)
+    if config is None:
+        raise FileNotFoundError(
+            f"{work_dir / SYNTHETIC_FILE} not found: ground-truth pairs need a synthetic work "
+            "folder (run `paco-data synthetic` first)."
+        )
+    world, prompts = config.world(), read_prompts(work_dir)
+    describe = attribute_describer(world, prompts)
+    n_keys = len(IDENTITY + STYLE)
+    by_prompt: dict[str, list[dict]] = {}
+    for panel in read_panels(work_dir):
+        if prompt_ids is None or panel["prompt_id"] in prompt_ids:
+            by_prompt.setdefault(panel["prompt_id"], []).append(panel)
+    rng = random.Random(seed)
+    classes: dict[int, list[dict]] = {0: [], 1: []}
+    for prompt_id, panels in sorted(by_prompt.items()):
+        record = prompts[prompt_id]
+        for i, a in enumerate(panels):
+            for b in panels[i + 1 :]:
+                if a["grid"] == b["grid"]:
+                    continue
+                if rng.random() < 0.5:
+                    a, b = b, a
+                pair = {
+                    "prompt_id": prompt_id,
+                    "panel_a": f"{a['grid']}:{a['pos']}",
+                    "panel_b": f"{b['grid']}:{b['pos']}",
+                }
+                differences = round((1.0 - pair_truth(pair, world, prompts)) * n_keys)
+                if 0 < differences < min_difference:
+                    continue
+                label = int(differences == 0)
+                prompt = record.get("theme") or ""
+                reasons = attribute_comparison(*describe(pair))
+                classes[label].append(
+                    {
+                        "pair_id": stable_id("truth", prompt_id, a["path"], b["path"]),
+                        "prompt_id": prompt_id,
+                        "image_a": str(work_dir / a["path"]),
+                        "image_b": str(work_dir / b["path"]),
+                        "template": "consistency",
+                        "prompt": prompt,
+                        "label": label,
+                        "reasons": reasons,
+                        "messages": pair_messages("consistency", prompt, label, reasons),
+                        "category": record.get("category", ""),
+                        "source": "synthetic-truth",
+                    }
+                )
+    size = min(len(classes[0]), len(classes[1]))
+    rows = rng.sample(classes[0], size) + rng.sample(classes[1], size)
+    rng.shuffle(rows)
+    return rows
+
+
+def export_truth_pairs(work_dir: str | Path, export_dir: str | Path | None = None) -> Path:
+    """SYNTHETIC: :func:`truth_pairs` of an export's held-out prompts, written as a pair
+    dataset with one ``test`` split to ``<export_dir>/truth/hf`` and ``.../parquet``
+    (``export_dir`` defaults to ``<work_dir>/export``); returns ``<export_dir>/truth``.
+
+    Raises:
+        DataPipelineError: the export has no held-out prompt, or they give no pair.
+    """
+    work_dir = Path(work_dir)
+    export_dir = Path(export_dir) if export_dir is not None else work_dir / "export"
+    info = json.loads((export_dir / "export_info.json").read_text())
+    rows = truth_pairs(work_dir, set(info["test_prompts"]))
+    if not rows:
+        raise DataPipelineError(
+            f"no ground-truth pairs from the held-out prompts of {export_dir} "
+            f"({len(info['test_prompts'])} prompts); export with a test_fraction > 0."
+        )
+    out_dir = export_dir / "truth"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    export_hf({"test": rows}, out_dir)
+    return out_dir

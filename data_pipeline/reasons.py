@@ -118,13 +118,31 @@ def check_reason(text: str, label: int, min_chars: int = 8) -> str:
 
 
 # ---------------------------------------------------------------------- teachers
+def attribute_comparison(a: dict, b: dict) -> str:
+    """One clause per attribute, in a fixed order: its value in each image, then whether
+    they agree. Each comparison sits right after the two values it compares, so a reader
+    (or a small model reasoning first) decides every attribute locally before the verdict.
+
+    >>> attribute_comparison({"shape": "circle", "colour": "red"},
+    ...                      {"shape": "circle", "colour": "blue"})
+    'Shape circle and circle, same; colour red and blue, different.'
+    """
+    clauses = [
+        f"{key} {a[key]} and {b.get(key)}, {'same' if a[key] == b.get(key) else 'different'}"
+        for key in a
+    ]
+    text = "; ".join(clauses) + "."
+    return text[0].upper() + text[1:]
+
+
 class TemplateReasoner:
     """OFFLINE TEMPLATE REASONER (for tests and the demo; not a model, sees no pixels).
 
     Writes a fixed-pattern reason that agrees with the label. With ``describe`` (a
     callable ``pair -> (attrs_a, attrs_b)`` of attribute dicts, e.g.
-    :func:`data_pipeline.synthetic.attribute_describer`) it names the attributes the
-    two images share or differ in; otherwise it writes a generic sentence.
+    :func:`data_pipeline.synthetic.attribute_describer`) the reason compares the two
+    images attribute by attribute (:func:`attribute_comparison`); otherwise it writes a
+    generic sentence.
 
     Example:
         >>> import asyncio
@@ -142,29 +160,17 @@ class TemplateReasoner:
     ) -> str:
         attrs = self.describe(pair) if self.describe is not None else None
         label = int(pair["label"])
-        if not attrs:
-            if label:
-                return (
-                    "Yes. Both images show the same subject with the same identity, the same "
-                    "drawing style and a coherent progression."
-                )
-            return (
-                "No. The second image departs from the first: its subject, style or "
-                "progression does not match."
-            )
-        a, b = attrs
-        same = [k for k in a if a[k] == b.get(k)]
-        diff = [k for k in a if a[k] != b.get(k)]
+        if attrs:
+            return f"{'Yes' if label else 'No'}. {attribute_comparison(*attrs)}"
         if label:
-            listed = ", ".join(f"the {k} ({a[k]})" for k in same[:4]) or "every attribute"
-            text = f"Yes. Both images share {listed}, so the character and style are kept."
-            if diff:
-                text += f" Only minor details such as the {diff[0]} vary."
-            return text
-        if diff:
-            changes = "; ".join(f"the {k} changes from {a[k]} to {b[k]}" for k in diff[:3])
-            return f"No. Comparing the two images, {changes}."
-        return "No. The second image breaks the progression of the first one."
+            return (
+                "Yes. Both images show the same subject with the same identity, the same "
+                "drawing style and a coherent progression."
+            )
+        return (
+            "No. The second image departs from the first: its subject, style or "
+            "progression does not match."
+        )
 
 
 def _data_url(image: Image.Image) -> str:

@@ -93,7 +93,8 @@ class PanelSpec:
 
 def panel_similarity(a: PanelSpec, b: PanelSpec) -> float:
     """Ground-truth consistency of two panels in [0, 1]: the fraction of identity and
-    style attributes they share (logic is per panel, see :func:`logic_ok`)."""
+    style attributes they share. (The pip count is not compared: it depends on a panel's
+    position, which a pair does not show.)"""
     keys = IDENTITY + STYLE
     return sum(getattr(a, k) == getattr(b, k) for k in keys) / len(keys)
 
@@ -113,8 +114,8 @@ class SyntheticWorld:
 
     seed: int = 0
     panel_size: int = 64
-    grid_drift: float = 0.2
-    panel_break: float = 0.4
+    grid_drift: float = 0.1
+    panel_break: float = 0.2
     break_sizes: tuple[int, ...] = (2, 3)
     _rng: random.Random = field(init=False, repr=False)
 
@@ -300,14 +301,18 @@ def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0) -> Image.Image:
     bg = BACKGROUNDS[spec.background]
     image = Image.new("RGB", (size, size), bg)
     draw = ImageDraw.Draw(image)
-    ink = (90, 90, 90) if spec.background != "gray" else (200, 200, 200)
+    ink = {"white": (80, 80, 80), "gray": (225, 225, 225), "black": (140, 140, 140)}[
+        spec.background
+    ]
+    # Textures are drawn coarse enough (2-pixel grains and lines) to survive the resize to
+    # a tiny model's 56-pixel input.
     if spec.texture == "grain":
-        for _ in range(size * size // 12):
+        for _ in range(size * size // 40):
             x, y = rng.randrange(size), rng.randrange(size)
-            draw.point((x, y), fill=ink)
+            draw.rectangle((x, y, x + 1, y + 1), fill=ink)
     elif spec.texture == "hatch":
-        for offset in range(-size, size, 6):
-            draw.line([(offset, size), (offset + size, 0)], fill=ink, width=1)
+        for offset in range(-size, size, 8):
+            draw.line([(offset, size), (offset + size, 0)], fill=ink, width=2)
     margin = size // 5
     jitter = rng.randint(-2, 2)
     box = (
@@ -352,8 +357,13 @@ def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0) -> Image.Image:
 @dataclass
 class SimulatedAnnotators:
     """SYNTHETIC annotators: each ranks an instance's candidates by ground-truth
-    similarity to the reference plus Gaussian noise; near-equal candidates are
-    sometimes reported as ties.
+    similarity to the reference (:func:`panel_similarity`) plus Gaussian noise.
+
+    Candidates that look alike to the reference (equal similarity) share one noisy score,
+    so they are always tied, as a person cannot order two equally faithful panels; others
+    are tied when their noisy scores are closer than ``tie_margin``. Annotators judge only
+    what a pair shows: the pip count depends on a panel's position, which a pair does not
+    show, so it plays no part.
 
     Args:
         n: number of annotators.
@@ -385,7 +395,6 @@ class SimulatedAnnotators:
         ref_spec = world.panel_specs(record, int(ref["grid"]))[ref["pos"]]
         return [
             panel_similarity(ref_spec, world.panel_specs(record, int(c["grid"]))[c["pos"]])
-            - 0.15 * (not logic_ok(world.panel_specs(record, int(c["grid"]))[c["pos"]], c["pos"]))
             for c in instance["candidates"]
         ]
 
@@ -399,7 +408,8 @@ class SimulatedAnnotators:
             truth = self.true_scores(instance, world, prompts)
             for a in range(self.n):
                 rng = random.Random(hash_seed(self.seed, a, instance["instance_id"]))
-                noisy = [t + rng.gauss(0.0, self.noise) for t in truth]
+                perceived = {t: t + rng.gauss(0.0, self.noise) for t in sorted(set(truth))}
+                noisy = [perceived[t] for t in truth]
                 order = sorted(range(len(noisy)), key=lambda i: -noisy[i])
                 groups: list[list[int]] = []
                 for i in order:
@@ -420,15 +430,13 @@ class SimulatedAnnotators:
         return records
 
 
-def logic_ok(spec: PanelSpec, position: int) -> bool:
-    """Whether a panel at ``position`` shows the right number of pips."""
-    return spec.step == position
-
-
 def attribute_describer(world: SyntheticWorld, prompts: dict[str, dict]):
     """For :class:`data_pipeline.reasons.TemplateReasoner`: ``pair -> (attrs_a, attrs_b)``
     from the synthetic ground truth of the pair's two panels (``panel_a``/``panel_b`` =
-    ``"grid:pos"``); ``None`` for a pair that is not synthetic."""
+    ``"grid:pos"``); ``None`` for a pair that is not synthetic.
+
+    Only identity and style attributes are described: the pip count depends on a panel's
+    position in its grid, which a pair does not show."""
 
     def describe(pair: dict) -> tuple[dict, dict] | None:
         record = prompts.get(pair.get("prompt_id", ""))
@@ -439,8 +447,7 @@ def attribute_describer(world: SyntheticWorld, prompts: dict[str, dict]):
             grid, pos = pair[key].split(":")
             spec = world.panel_specs(record, int(grid))[int(pos)]
             attrs = {k: getattr(spec, k) for k in IDENTITY + STYLE}
-            attrs["outline"] = "thick" if attrs["outline"] else "no"
-            attrs["pips"] = spec.step + 1
+            attrs["outline"] = "thick" if attrs["outline"] else "none"
             out.append(attrs)
         return out[0], out[1]
 

@@ -249,6 +249,18 @@ def build_tiny_model(
     return output_dir
 
 
+# The vision tower of the from-scratch model the SFT trainer builds (``tiny_model: true``):
+# twice the default's width and one more block. Measured on the synthetic world, the
+# default tower learns colour, shape and background but not markings; this one does.
+TINY_LEARNER_VISION: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 4,
+    "depth": 3,
+    "fullatt_block_indexes": [2],
+}
+
+
 # Qwen2.5-VL-7B-Instruct's shape, for random-weight speed runs on a GPU
 # (`build_tiny_model(dir, **QWEN_7B_SHAPE)`); the tokenizer stays the tiny one.
 QWEN_7B_SHAPE: dict[str, Any] = {

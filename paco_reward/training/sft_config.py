@@ -42,7 +42,8 @@ class PacoSFTConfig(TrainingArguments):
     tiny_model: bool = field(
         default=False,
         metadata={
-            "help": "Build a from-scratch tiny Qwen2.5-VL (1 vision token per image) at "
+            "help": "Build a from-scratch tiny Qwen2.5-VL (paco_reward.testing.build_tiny_model "
+            "with TINY_LEARNER_VISION; its pixel budget from image_min/max_pixels) at "
             "model_name_or_path when that folder does not exist (CPU recipes, tests)."
         },
     )

@@ -7,7 +7,9 @@ A ``transformers.Trainer`` that overrides only what PaCo-Reward needs:
 * ``get_batch_samples``: counts that normaliser and switches the collator from
   reasons-first to answer-first targets when ``reasoning_warmup_steps`` have passed;
 * ``prediction_step`` / ``evaluate``: teacher-forced decision-token metrics
-  (:mod:`paco_reward.training.metrics`), always on answer-first targets.
+  (:mod:`paco_reward.training.metrics`), always on answer-first targets;
+* ``_load_from_checkpoint`` / ``_load_best_model``: reload fully fine-tuned weights through
+  ``from_pretrained`` (transformers 5's checkpoint key names; see ``_reload_full_weights``).
 
     >>> cfg = PacoSFTConfig(output_dir="out", model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct",
     ...                     dataset_path="pairs/")                      # doctest: +SKIP
@@ -45,12 +47,16 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
         raise ValueError("model_name_or_path is not set; give a Qwen2.5-VL folder or hub id.")
     path = Path(args.model_name_or_path)
     if args.tiny_model and not (path / "config.json").is_file():
-        from paco_reward.testing import build_tiny_model
+        from paco_reward.testing.qwen import TINY_LEARNER_VISION, build_tiny_model
 
         side = args.image_max_pixels or 28 * 28
         logger.info("Building a from-scratch tiny Qwen2.5-VL at %s", path)
         build_tiny_model(
-            path, seed=args.seed, min_pixels=args.image_min_pixels or side, max_pixels=side
+            path,
+            seed=args.seed,
+            min_pixels=args.image_min_pixels or side,
+            max_pixels=side,
+            vision_config=TINY_LEARNER_VISION,
         )
     return str(args.model_name_or_path)
 
@@ -246,23 +252,31 @@ class PacoSFTTrainer(Trainer):
         return batch_samples, count
 
     # ------------------------------------------------------------------ resume
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+    def _reload_full_weights(self, checkpoint: str, model) -> bool:
         """transformers 5 saves Qwen2.5-VL weights under the original checkpoint key names but
-        ``Trainer`` reloads them with a raw ``load_state_dict``, which silently loads nothing.
-        For a fully fine-tuned (non-PEFT, non-sharded) model, reload through
-        ``from_pretrained``, which maps the keys; everything else goes to ``Trainer``."""
-        model = model if model is not None else self.model
-        weights = Path(resume_from_checkpoint) / "model.safetensors"
+        ``Trainer`` reloads them (on resume and for ``load_best_model_at_end``) with a raw
+        ``load_state_dict``, which silently loads nothing. For a fully fine-tuned (non-PEFT,
+        non-sharded) model, reload through ``from_pretrained``, which maps the keys; returns
+        False when ``Trainer``'s own path applies."""
         if (
-            weights.is_file()
-            and not hasattr(model, "peft_config")
-            and not self.is_fsdp_enabled
-            and not self.is_deepspeed_enabled
+            not (Path(checkpoint) / "model.safetensors").is_file()
+            or hasattr(model, "peft_config")
+            or self.is_fsdp_enabled
+            or self.is_deepspeed_enabled
         ):
-            reloaded = type(model).from_pretrained(resume_from_checkpoint, dtype=model.dtype)
-            model.load_state_dict(reloaded.state_dict(), strict=True)
-            return
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
+            return False
+        reloaded = type(model).from_pretrained(checkpoint, dtype=model.dtype)
+        model.load_state_dict(reloaded.state_dict(), strict=True)
+        return True
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        model = model if model is not None else self.model
+        if not self._reload_full_weights(resume_from_checkpoint, model):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        if not self._reload_full_weights(self.state.best_model_checkpoint, self.model):
+            super()._load_best_model()
 
     # ------------------------------------------------------------------ loss
     def _forward(self, model, inputs):

@@ -167,7 +167,10 @@ def test_load_and_merge_rankings_file(tmp_path):
         ([[2], [0], [1], [3]], LabelRule(), {2: 1, 3: 0}),
         ([[2, 0], [1], [3]], LabelRule(), {3: 0}),  # tied top discarded
         ([[2], [0], [1, 3]], LabelRule(), {2: 1}),  # tied bottom discarded
-        ([[2, 0], [1], [3]], LabelRule(drop_ties=False), {2: 1, 0: 1, 3: 0}),
+        ([[2, 0], [1], [3]], LabelRule(ties="all"), {2: 1, 0: 1, 3: 0}),
+        ([[2, 0], [1], [3]], LabelRule(ties="first"), {0: 1, 3: 0}),
+        ([[2], [0, 1, 3]], LabelRule(ties="first"), {2: 1, 0: 0}),
+        ([[2], [0, 1, 3]], LabelRule(top_k=2, ties="first"), {2: 1}),  # 0 would be both
         ([[2], [0], [1], [3]], LabelRule(top_k=2, bottom_k=2), {2: 1, 0: 1, 1: 0, 3: 0}),
         ([[0, 1, 2, 3]], LabelRule(), {}),
         ([[2], [0], [1], [3]], LabelRule(top_k=0, bottom_k=1), {3: 0}),
@@ -182,6 +185,8 @@ def test_label_rule_validation():
         LabelRule(top_k=0, bottom_k=0)
     with pytest.raises(ValueError, match="template must be one of"):
         LabelRule(template="nope")
+    with pytest.raises(ValueError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"):
+        LabelRule(ties="x")
 
 
 def test_rankings_to_pairs_records():

@@ -146,8 +146,14 @@ def test_template_reasoner_names_synthetic_attributes(pairs_work):
     yes = next(p for p in pairs if p["label"] == 1)
     text_no = asyncio.run(teacher.areason(no, None, None))
     text_yes = asyncio.run(teacher.areason(yes, None, None))
-    assert text_no.startswith("No. Comparing the two images") and "changes from" in text_no
-    assert text_yes.startswith("Yes. Both images share")
+    assert text_no.startswith("No. Shape ") and text_yes.startswith("Yes. Shape ")
+    # One clause per attribute, each saying whether the two panels agree on it.
+    clauses = text_no[len("No. ") :].rstrip(".").split("; ")
+    assert [c.split()[0].lower() for c in clauses] == [
+        "shape", "colour", "marking", "background", "texture", "outline"
+    ]  # fmt: skip
+    assert all(c.endswith((", same", ", different")) for c in clauses)
+    assert any(c.endswith(", different") for c in clauses)
     assert check_reason(text_no, 0) and check_reason(text_yes, 1)
 
 

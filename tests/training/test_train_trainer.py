@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,6 +150,37 @@ def test_resume_continues_the_same_loss_curve(tmp_path, tiny_model_dir, pairs):
     assert sorted(resumed) == [4, 5, 6]
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(full[step], rel=1e-4), step
+
+
+def test_load_best_model_at_end_restores_the_best_checkpoint(tmp_path, tiny_model_dir, pairs):
+    """Full fine-tuning with ``load_best_model_at_end``: after training, the weights are the
+    best checkpoint's (Trainer's raw load_state_dict would silently keep the last ones)."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    cfg = _config(
+        tmp_path,
+        tiny_model_dir,
+        use_lora=False,
+        max_steps=4,
+        learning_rate=3e-2,
+        per_device_train_batch_size=2,
+        eval_strategy="steps",
+        eval_steps=1,
+        save_strategy="steps",
+        save_steps=1,
+        load_best_model_at_end=True,
+        # "Best" = highest eval loss: an early checkpoint, so restoring it is visible.
+        metric_for_best_model="loss",
+        greater_is_better=True,
+    )
+    trainer = _trainer(cfg, pairs, eval_pairs=pairs.select(range(4)))
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    assert best is not None
+    assert best != str(Path(cfg.output_dir) / "checkpoint-4")  # otherwise nothing to restore
+    expected = Qwen2_5_VLForConditionalGeneration.from_pretrained(best).state_dict()
+    for name, value in trainer.model.state_dict().items():
+        torch.testing.assert_close(value, expected[name], msg=name)
 
 
 class _RecordingCollator(PacoSFTCollator):
