@@ -186,6 +186,7 @@ def _synthetic_config(args):
         noise=args.noise,
         grid_drift=args.grid_drift,
         panel_break=args.panel_break,
+        pose=args.pose,
         seed=args.seed,
     )
 
@@ -226,6 +227,7 @@ def _add_synthetic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--panel-break", type=float, default=0.2, help="probability a panel breaks 2-3 attributes"
     )
+    p.add_argument("--pose", action="store_true", help="vary the character's place and size")
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -58,6 +58,9 @@ class SyntheticConfig:
     panel_break: float = field(
         default=0.2, metadata={"help": "Probability that a panel breaks 2-3 attributes."}
     )
+    pose: bool = field(
+        default=False, metadata={"help": "Vary the character's place and size per panel."}
+    )
     seed: int = field(default=0, metadata={"help": "World and annotator seed."})
 
     def __post_init__(self) -> None:
@@ -73,6 +76,7 @@ class SyntheticConfig:
             panel_size=self.panel_size,
             grid_drift=self.grid_drift,
             panel_break=self.panel_break,
+            pose=self.pose,
         )
 
     def layout_tuples(self) -> list[tuple[int, int]]:

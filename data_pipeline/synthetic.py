@@ -110,6 +110,8 @@ class SyntheticWorld:
             or style (one attribute of the prompt's focus dimension redrawn).
         panel_break: probability that one panel breaks (``break_sizes`` attributes).
         break_sizes: how many attributes a broken panel changes (drawn uniformly).
+        pose: vary the character's place and size in every panel (see :func:`render_panel`),
+            so that pixel similarity no longer tells consistent panels apart.
     """
 
     seed: int = 0
@@ -117,6 +119,7 @@ class SyntheticWorld:
     grid_drift: float = 0.1
     panel_break: float = 0.2
     break_sizes: tuple[int, ...] = (2, 3)
+    pose: bool = False
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -228,7 +231,7 @@ class SyntheticWorld:
 
     def render_panel(self, spec: PanelSpec, seed: int = 0) -> Image.Image:
         """Draw one panel (``panel_size`` square RGB image)."""
-        return render_panel(spec, self.panel_size, seed=seed)
+        return render_panel(spec, self.panel_size, seed=seed, pose=self.pose)
 
     def render_grid(self, record: dict, grid_seed: int) -> Image.Image:
         """The grid image of ``record`` for generator seed ``grid_seed``."""
@@ -290,9 +293,10 @@ def _draw_shape(
         draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], **kw)
 
 
-def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0) -> Image.Image:
+def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = False) -> Image.Image:
     """Draw a panel: textured background, outlined character with a marking, and
-    ``spec.step + 1`` pips along the bottom edge.
+    ``spec.step + 1`` pips along the bottom edge. With ``pose`` the character's place and
+    size vary from panel to panel (seeded); otherwise it moves by at most 2 pixels.
 
     >>> render_panel(PanelSpec("circle", "red", "dots", "white", "grain", 3, 1)).size
     (64, 64)
@@ -314,13 +318,25 @@ def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0) -> Image.Image:
         for offset in range(-size, size, 8):
             draw.line([(offset, size), (offset + size, 0)], fill=ink, width=2)
     margin = size // 5
-    jitter = rng.randint(-2, 2)
-    box = (
-        margin + jitter,
-        margin // 2 + jitter,
-        size - margin + jitter,
-        size - margin - margin // 4,
-    )
+    if pose:
+        # The character sits at a different place and size in every panel, as the same
+        # character does across a real image set: consistent panels are not pixel copies.
+        dx, dy = rng.randint(-size // 8, size // 8), rng.randint(-size // 16, size // 20)
+        shrink = rng.randint(0, size // 12)
+        box = (
+            margin + shrink + dx,
+            margin // 2 + shrink + dy,
+            size - margin - shrink + dx,
+            size - margin - margin // 4 - shrink + dy,
+        )
+    else:
+        jitter = rng.randint(-2, 2)
+        box = (
+            margin + jitter,
+            margin // 2 + jitter,
+            size - margin + jitter,
+            size - margin - margin // 4,
+        )
     outline_colour = (0, 0, 0) if spec.background != "black" else (255, 255, 255)
     _draw_shape(
         draw,

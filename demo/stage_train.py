@@ -68,7 +68,7 @@ def run(ctx: DemoContext) -> None:
     output_dir = ctx.path("models", "tiny-trained")
     common = dict(
         output_dir=str(output_dir),
-        # Built from scratch by the trainer (tiny_model=True) with a vision tower sized to learn.
+        # Built from scratch by the trainer (tiny_model=True; tiny_vision picks the tower).
         model_name_or_path=str(ctx.path("models", "tiny-scratch")),
         tiny_model=True,
         use_lora=False,
@@ -104,6 +104,7 @@ def run(ctx: DemoContext) -> None:
         name = "relational toy pairs (same colour?)"
         config = PacoSFTConfig(
             dataset_path=TOY_DATASET,
+            tiny_vision="base",
             toy_train_size=3000,
             toy_test_size=200,
             image_min_pixels=28 * 28,

@@ -42,9 +42,17 @@ class PacoSFTConfig(TrainingArguments):
     tiny_model: bool = field(
         default=False,
         metadata={
-            "help": "Build a from-scratch tiny Qwen2.5-VL (paco_reward.testing.build_tiny_model "
-            "with TINY_LEARNER_VISION; its pixel budget from image_min/max_pixels) at "
-            "model_name_or_path when that folder does not exist (CPU recipes, tests)."
+            "help": "Build a from-scratch tiny Qwen2.5-VL (paco_reward.testing.build_tiny_model; "
+            "its pixel budget from image_min/max_pixels) at model_name_or_path when that folder "
+            "does not exist (CPU recipes, tests)."
+        },
+    )
+    tiny_vision: str = field(
+        default="wide",
+        metadata={
+            "help": "Vision tower of the tiny_model build: 'wide' (multi-token images, e.g. the "
+            "synthetic world at 56 px) or 'base' (1 token per image, e.g. toy-colour-pairs); "
+            "see paco_reward.testing.qwen.TINY_VISION_TOWERS."
         },
     )
     model_dtype: str = field(
@@ -176,6 +184,8 @@ class PacoSFTConfig(TrainingArguments):
             )
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}.")
+        if self.tiny_vision not in ("base", "wide"):
+            raise ValueError(f"tiny_vision must be 'base' or 'wide'; got {self.tiny_vision!r}.")
         if self.reasoning_warmup_steps < 0:
             raise ValueError(
                 f"reasoning_warmup_steps must be >= 0; got {self.reasoning_warmup_steps!r}."

@@ -47,7 +47,7 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
         raise ValueError("model_name_or_path is not set; give a Qwen2.5-VL folder or hub id.")
     path = Path(args.model_name_or_path)
     if args.tiny_model and not (path / "config.json").is_file():
-        from paco_reward.testing.qwen import TINY_LEARNER_VISION, build_tiny_model
+        from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
 
         side = args.image_max_pixels or 28 * 28
         logger.info("Building a from-scratch tiny Qwen2.5-VL at %s", path)
@@ -56,7 +56,7 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
             seed=args.seed,
             min_pixels=args.image_min_pixels or side,
             max_pixels=side,
-            vision_config=TINY_LEARNER_VISION,
+            vision_config=TINY_VISION_TOWERS[args.tiny_vision],
         )
     return str(args.model_name_or_path)
 

@@ -185,7 +185,9 @@ def test_label_rule_validation():
         LabelRule(top_k=0, bottom_k=0)
     with pytest.raises(ValueError, match="template must be one of"):
         LabelRule(template="nope")
-    with pytest.raises(ValueError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"):
+    with pytest.raises(
+        ValueError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"
+    ):
         LabelRule(ties="x")
 
 

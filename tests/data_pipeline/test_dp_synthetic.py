@@ -9,6 +9,7 @@ import pytest
 
 from data_pipeline.grids import split_grid, split_panel_prompts
 from data_pipeline.synthetic import (
+    PanelSpec,
     SimulatedAnnotators,
     SyntheticWorld,
     panel_similarity,
@@ -197,3 +198,23 @@ def test_equal_looking_candidates_always_tie():
         assert len(groups) == len(set(truth))
         tied_groups += sum(len(g) > 1 for g in groups)
     assert tied_groups > 0
+
+
+def test_pose_moves_the_character_between_consistent_panels():
+    """Without pose, two renders of one spec differ only by a 2-pixel shift; with pose the
+    character moves and resizes, so their pixels differ far more."""
+    spec = PanelSpec("square", "red", "plain", "white", "plain", 0, 0)
+
+    def red_box(image):
+        red = np.all(np.asarray(image) == (215, 40, 40), axis=-1)
+        ys, xs = np.nonzero(red)
+        return xs.min(), ys.min(), xs.max(), ys.max()
+
+    still = {red_box(render_panel(spec, 64, seed=s)) for s in range(12)}
+    posed = {red_box(render_panel(spec, 64, seed=s, pose=True)) for s in range(12)}
+    assert max(b[0] for b in still) - min(b[0] for b in still) <= 4
+    assert max(b[0] for b in posed) - min(b[0] for b in posed) >= 8
+    assert len({b[2] - b[0] for b in posed}) > 1  # sizes vary too
+    world = SyntheticWorld(seed=0, pose=True)
+    record = world.make_prompts(1)[0]
+    assert world.render_grid(record, 0).size == (128, 128)

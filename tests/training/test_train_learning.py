@@ -24,6 +24,7 @@ def test_tiny_model_learns_same_colour_with_reasoning_warmup(tmp_path):
         output_dir=str(tmp_path / "run"),
         model_name_or_path=str(tmp_path / "base"),
         tiny_model=True,  # from scratch, 1 vision token per image
+        tiny_vision="base",
         use_lora=False,
         freeze_vision_tower=False,
         freeze_merger=False,

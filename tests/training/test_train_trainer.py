@@ -233,6 +233,7 @@ def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
         ({"lora_r": 0}, r"lora_r and lora_alpha must be positive; got 0, 64"),
         ({"lora_dropout": 1.0}, r"lora_dropout must be in \[0, 1\); got 1.0"),
         ({"reasoning_warmup_steps": -1}, r"reasoning_warmup_steps must be >= 0; got -1"),
+        ({"tiny_vision": "huge"}, r"tiny_vision must be 'base' or 'wide'; got 'huge'"),
         (
             {"reasoning_warmup_steps": 5, "dataloader_num_workers": 2},
             r"needs dataloader_num_workers=0",
