@@ -27,8 +27,6 @@ from data_pipeline.reasons import (
 from data_pipeline.stats import write_stats
 from data_pipeline.storage import DataPipelineError, stable_id, write_json, write_jsonl
 from data_pipeline.synthetic import (
-    IDENTITY,
-    STYLE,
     SimulatedAnnotators,
     SyntheticWorld,
     attribute_describer,
@@ -53,13 +51,16 @@ class SyntheticConfig:
     annotators: int = field(default=3, metadata={"help": "Simulated annotators per instance."})
     noise: float = field(default=0.08, metadata={"help": "Annotator score noise (std)."})
     grid_drift: float = field(
-        default=0.1, metadata={"help": "Probability that a grid draws a different character/style."}
+        default=SyntheticWorld.grid_drift,
+        metadata={"help": "Probability that a grid draws a different character/style."},
     )
     panel_break: float = field(
-        default=0.2, metadata={"help": "Probability that a panel breaks 2-3 attributes."}
+        default=SyntheticWorld.panel_break,
+        metadata={"help": "Probability that a panel breaks 2-3 attributes."},
     )
     pose: bool = field(
-        default=False, metadata={"help": "Vary the character's place and size per panel."}
+        default=SyntheticWorld.pose,
+        metadata={"help": "Vary the character's place and size per panel."},
     )
     seed: int = field(default=0, metadata={"help": "World and annotator seed."})
 
@@ -237,9 +238,8 @@ def truth_pairs(
             f"{work_dir / SYNTHETIC_FILE} not found: ground-truth pairs need a synthetic work "
             "folder (run `paco-data synthetic` first)."
         )
-    world, prompts = config.world(), read_prompts(work_dir)
-    describe = attribute_describer(world, prompts)
-    n_keys = len(IDENTITY + STYLE)
+    prompts = read_prompts(work_dir)
+    describe = attribute_describer(config.world(), prompts)
     by_prompt: dict[str, list[dict]] = {}
     for panel in read_panels(work_dir):
         if prompt_ids is None or panel["prompt_id"] in prompt_ids:
@@ -248,6 +248,7 @@ def truth_pairs(
     classes: dict[int, list[dict]] = {0: [], 1: []}
     for prompt_id, panels in sorted(by_prompt.items()):
         record = prompts[prompt_id]
+        prompt = record.get("theme") or ""
         for i, a in enumerate(panels):
             for b in panels[i + 1 :]:
                 if a["grid"] == b["grid"]:
@@ -259,12 +260,12 @@ def truth_pairs(
                     "panel_a": f"{a['grid']}:{a['pos']}",
                     "panel_b": f"{b['grid']}:{b['pos']}",
                 }
-                differences = round((1.0 - pair_truth(pair, world, prompts)) * n_keys)
+                attrs_a, attrs_b = describe(pair)
+                differences = sum(attrs_a[k] != attrs_b[k] for k in attrs_a)
                 if 0 < differences < min_difference:
                     continue
                 label = int(differences == 0)
-                prompt = record.get("theme") or ""
-                reasons = attribute_comparison(*describe(pair))
+                reasons = attribute_comparison(attrs_a, attrs_b)
                 classes[label].append(
                     {
                         "pair_id": stable_id("truth", prompt_id, a["path"], b["path"]),

@@ -29,8 +29,8 @@ __all__ = [
     "QWEN_IMAGE_LORA_TARGETS",
 ]
 
-# Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
-FLUX_LORA_TARGETS = [
+# Attention projections shared by FLUX's double-stream and Qwen-Image's dual-stream blocks.
+_JOINT_ATTENTION_LORA_TARGETS = [
     "attn.to_k",
     "attn.to_q",
     "attn.to_v",
@@ -39,6 +39,10 @@ FLUX_LORA_TARGETS = [
     "attn.add_q_proj",
     "attn.add_v_proj",
     "attn.to_add_out",
+]
+# Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
+FLUX_LORA_TARGETS = [
+    *_JOINT_ATTENTION_LORA_TARGETS,
     "ff.net.0.proj",
     "ff.net.2",
     "ff_context.net.0.proj",
@@ -46,14 +50,7 @@ FLUX_LORA_TARGETS = [
 ]
 # The same projections in Qwen-Image's dual-stream blocks (image/text MLPs named img_/txt_mlp).
 QWEN_IMAGE_LORA_TARGETS = [
-    "attn.to_k",
-    "attn.to_q",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_k_proj",
-    "attn.add_q_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
+    *_JOINT_ATTENTION_LORA_TARGETS,
     "img_mlp.net.0.proj",
     "img_mlp.net.2",
     "txt_mlp.net.0.proj",
