@@ -4,14 +4,27 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The lock: the versions every figure in the README and the notes was measured with.
+LOCK := constraints.txt
 
-.PHONY: test test-quick demo lint clean
+.PHONY: test test-quick demo lint lock clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,train,serve,grpo,data]"
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
 	touch $(STAMP)
+
+# Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
+# then re-measure the figures the README and notes quote.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-lock/bin/python -m pip install --quiet -e ".[dev,train,serve,grpo,data]"
+	{ echo "# Lock: the versions the demo's and the notes' figures were measured with."; \
+	  echo "# Refresh on purpose with 'make lock' (then re-measure). Used as pip constraints by make test / make demo."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK)
+	rm -rf .venv-lock
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -99,7 +99,7 @@ def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
     from diffusers import FluxPipeline
 
     from paco_grpo.grpo_trainer import GRPOTrainer
-    from paco_reward.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux import build_tiny_flux
 
     model = args.model or str(build_tiny_flux(tmp / "flux", seed=0))
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32

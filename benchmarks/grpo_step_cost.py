@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     from diffusers import FluxPipeline
 
     from paco_grpo.grpo_trainer import GRPOTrainer
-    from paco_reward.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux import build_tiny_flux
 
     tmp = Path(tempfile.mkdtemp(prefix="grpo-cost-"))
     model = args.model

@@ -37,23 +37,10 @@ from data_pipeline.storage import (
     write_json,
     write_jsonl,
 )
+from paco_reward.schema import PAIR_COLUMNS, pair_features
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
 logger = logging.getLogger(__name__)
-
-COLUMNS = [
-    "pair_id",
-    "prompt_id",
-    "image_a",
-    "image_b",
-    "template",
-    "prompt",
-    "label",
-    "reasons",
-    "messages",
-    "category",
-    "source",
-]
 
 
 @dataclass
@@ -151,30 +138,8 @@ def build_rows(work_dir: Path, config: ExportConfig) -> list[dict]:
     return rows
 
 
-def features():
-    """The ``datasets.Features`` of the pair schema."""
-    from datasets import Features, Image, List, Value
-
-    part = {"type": Value("string"), "text": Value("string")}
-    return Features(
-        {
-            "pair_id": Value("string"),
-            "prompt_id": Value("string"),
-            "image_a": Image(),
-            "image_b": Image(),
-            "template": Value("string"),
-            "prompt": Value("string"),
-            "label": Value("int32"),
-            "reasons": Value("string"),
-            "messages": List({"role": Value("string"), "content": List(part)}),
-            "category": Value("string"),
-            "source": Value("string"),
-        }
-    )
-
-
 def _hf_row(r: dict) -> dict:
-    out = {c: r[c] for c in COLUMNS}
+    out = {c: r[c] for c in PAIR_COLUMNS}
     for key in ("image_a", "image_b"):
         out[key] = {"bytes": Path(r[key]).read_bytes(), "path": None}
     out["messages"] = [
@@ -209,7 +174,7 @@ def export_hf(splits: dict[str, list[dict]], out_dir: Path):
             {
                 name: Dataset.from_generator(
                     _generate_rows,
-                    features=features(),
+                    features=pair_features(),
                     gen_kwargs={"rows": rows},
                     cache_dir=str(cache),
                     keep_in_memory=False,

@@ -20,9 +20,9 @@ from typing import Any
 from PIL import Image
 from tqdm.auto import tqdm
 
-from data_pipeline.grids import split_grid
 from data_pipeline.prompts import read_prompts
 from data_pipeline.storage import DataPipelineError, read_jsonl, save_image_atomic, write_jsonl
+from paco_reward.grids import split_grid
 from paco_reward.images import load_image
 
 logger = logging.getLogger(__name__)

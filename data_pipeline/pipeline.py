@@ -81,7 +81,7 @@ class SyntheticConfig:
         )
 
     def layout_tuples(self) -> list[tuple[int, int]]:
-        from data_pipeline.grids import parse_layout
+        from paco_reward.grids import parse_layout
 
         return [parse_layout(layout) for layout in self.layouts]
 

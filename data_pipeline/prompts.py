@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from data_pipeline.grids import parse_layout, split_panel_prompts
 from data_pipeline.storage import DataPipelineError, read_jsonl, write_jsonl
 from paco_reward.errors import LayoutError, PromptError
+from paco_reward.grids import parse_layout, split_panel_prompts
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from data_pipeline.grids import format_grid_prompt
 from data_pipeline.storage import save_image_atomic, stable_id, write_jsonl
+from paco_reward.grids import format_grid_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ class SyntheticWorld:
     # ------------------------------------------------------------------ grids
     def panel_specs(self, record: dict, grid_seed: int) -> list[PanelSpec]:
         """Ground truth of every panel (row-major) of grid ``grid_seed`` of a prompt."""
-        from data_pipeline.grids import parse_layout
+        from paco_reward.grids import parse_layout
 
         syn = record.get("synthetic")
         if not isinstance(syn, dict) or "attributes" not in syn:
@@ -235,7 +235,7 @@ class SyntheticWorld:
 
     def render_grid(self, record: dict, grid_seed: int) -> Image.Image:
         """The grid image of ``record`` for generator seed ``grid_seed``."""
-        from data_pipeline.grids import parse_layout
+        from paco_reward.grids import parse_layout
 
         rows, cols = parse_layout(record["layout"])
         s = self.panel_size

@@ -19,9 +19,9 @@ from demo.context import DemoContext, print_table
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.rewards import CLIPTextReward, ConsistencyReward
+from paco_grpo.testing.flux import build_tiny_flux
 from paco_reward.atomic_io import save_figure
 from paco_reward.testing.clip import build_tiny_clip
-from paco_reward.testing.flux import build_tiny_flux
 
 EPOCHS = 8
 

@@ -14,7 +14,7 @@ from demo.context import DemoContext, print_table
 from paco_grpo import rewards as reward_registry
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
-from paco_reward.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
+from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
 
 EPOCHS = 6
 

@@ -70,7 +70,7 @@ def _train(args, extra: list[str]) -> int:
 
 
 def _tiny_flux(args, extra: list[str]) -> int:
-    from paco_reward.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux import build_tiny_flux
 
     if extra:
         raise ValueError(f"tiny-flux takes no overrides; got {extra}.")
@@ -82,9 +82,9 @@ def _tiny_edit(args, extra: list[str]) -> int:
     if extra:
         raise ValueError(f"tiny-edit takes no overrides; got {extra}.")
     if args.pipeline == "flux_kontext":
-        from paco_reward.testing.flux_kontext import build_tiny_flux_kontext as build
+        from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext as build
     else:
-        from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit as build
+        from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit as build
     print(build(args.output_dir, seed=args.seed))
     return 0
 

@@ -21,8 +21,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_pipeline.grids import split_panel_prompts
 from paco_reward.errors import PromptError
+from paco_reward.grids import split_panel_prompts
 from paco_reward.images import image_hash
 
 logger = logging.getLogger(__name__)

@@ -330,7 +330,7 @@ class PacoReward:
         "2x2", "1x3", "2 ⨉ 3") and score all panel pairs. For a T2IS grid prompt the theme
         is the global description before the first panel marker."""
         # Imported here: data_pipeline depends on paco_reward, not the other way round.
-        from data_pipeline.grids import parse_layout, split_grid, split_panel_prompts
+        from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
 
         if layout is None:
             if prompt is None:

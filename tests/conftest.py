@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,14 @@ from PIL import Image
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+T2IS_FILE = Path(__file__).resolve().parent / "data" / "t2is_train_metadata.jsonl"
+
+
+@pytest.fixture(scope="session")
+def t2is_path() -> Path:
+    """The 150 real T2IS prompts (layouts, panel texts, criteria) of the released PaCo-RL."""
+    return T2IS_FILE
 
 
 @pytest.fixture(scope="session")

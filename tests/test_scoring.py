@@ -184,7 +184,7 @@ def test_score_grid_layouts(tiny_reward, random_images, prompt, layout, rows, co
     n = rows * cols
     assert sum(seen) == n
     assert len(result.pairs) == n * (n - 1) // 2
-    from data_pipeline.grids import split_panel_prompts
+    from paco_reward.grids import split_panel_prompts
 
     theme = split_panel_prompts(prompt)[0]
     np.testing.assert_allclose(

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from data_pipeline.grids import parse_layout, split_grid
+from paco_reward.grids import parse_layout, split_grid
 from paco_reward.images import ImageInput, load_image
 
 logger = logging.getLogger("paco_grpo.rewards")

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from data_pipeline.grids import split_panel_prompts
 from paco_grpo.rewards.base import BaseReward, grid_panels, resolve_device
 from paco_reward.errors import PacoError, PromptError
+from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
 logger = logging.getLogger("paco_grpo.rewards")
@@ -205,7 +205,7 @@ class CLIPTextReward(_CLIPReward):
     """CLIP-T: each panel's cosine similarity with its own panel description, mean over panels.
 
     Panel descriptions come from ``metadata["panel_prompts"]``, else
-    :func:`data_pipeline.grids.split_panel_prompts` of the prompt (T2IS markers, row-major,
+    :func:`paco_reward.grids.split_panel_prompts` of the prompt (T2IS markers, row-major,
     matching the panels cut by the layout). A prompt without panel markers is compared with
     the whole image (the plain CLIP score); a marker count that does not match the layout
     scores NaN. The reward is the raw cosine in [-1, 1] (about 0.2-0.4 for real CLIP on

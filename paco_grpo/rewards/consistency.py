@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from data_pipeline.grids import split_panel_prompts
 from paco_grpo.rewards.base import BaseReward, grid_panels
 from paco_reward.errors import PacoError, PromptError
+from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
 __all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward", "load_evaluator"]

@@ -1,6 +1,6 @@
 """Relational toy pairs: "are the two squares the same colour?".
 
-A small generator of PAIR_SCHEMA rows (see the data pipeline's export) whose label can
+A small generator of pair-schema rows (:mod:`paco_reward.schema`) whose label can
 only be read by *comparing* the two images: each image alone is a uniformly random colour,
 so neither image carries any information about the label. Used by tests, the demo and
 ``dataset_path: toy-colour-pairs`` recipes when no exported dataset is at hand.
@@ -19,7 +19,7 @@ import hashlib
 import numpy as np
 from PIL import Image, ImageDraw
 
-from data_pipeline.export import COLUMNS
+from paco_reward.schema import PAIR_COLUMNS, pair_features
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -52,7 +52,7 @@ def colour_pairs(
     prompt: str = "",
     colours: dict[str, tuple[int, int, int]] | None = None,
 ):
-    """``n`` pair rows (``datasets.Dataset`` with the PAIR_SCHEMA columns); half of them
+    """``n`` pair rows (``datasets.Dataset`` with the pair-schema columns); half of them
     show the same colour (label 1, "Yes"), half different colours (label 0, "No").
 
     Args:
@@ -68,7 +68,7 @@ def colour_pairs(
     names = list(palette)
     rng = np.random.default_rng(seed)
     instruction = render_instruction(template, prompt or None)
-    rows: dict[str, list] = {k: [] for k in COLUMNS}
+    rows: dict[str, list] = {k: [] for k in PAIR_COLUMNS}
     for i in range(n):
         first = names[int(rng.integers(len(names)))]
         same = bool(i % 2 == 0)
@@ -89,31 +89,9 @@ def colour_pairs(
         rows["messages"].append(build_messages(instruction, answer=format_answer(same, reasons)))
         rows["category"].append("colour")
         rows["source"].append("toy")
-    features = datasets.Features(
-        {
-            "pair_id": datasets.Value("string"),
-            "prompt_id": datasets.Value("string"),
-            "image_a": datasets.Image(),
-            "image_b": datasets.Image(),
-            "template": datasets.Value("string"),
-            "prompt": datasets.Value("string"),
-            "label": datasets.Value("int32"),
-            "reasons": datasets.Value("string"),
-            "messages": [
-                {
-                    "role": datasets.Value("string"),
-                    "content": [
-                        {"type": datasets.Value("string"), "text": datasets.Value("string")}
-                    ],
-                }
-            ],
-            "category": datasets.Value("string"),
-            "source": datasets.Value("string"),
-        }
-    )
     order = rng.permutation(n)
     rows = {k: [v[j] for j in order] for k, v in rows.items()}
-    return datasets.Dataset.from_dict(rows, features=features)
+    return datasets.Dataset.from_dict(rows, features=pair_features())
 
 
 def colour_pair_splits(train_size: int, test_size: int, seed: int = 0, **kwargs):

@@ -7,16 +7,8 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-
-T2IS_FILE = Path(__file__).resolve().parents[1] / "data" / "t2is_train_metadata.jsonl"
-
-
-@pytest.fixture(scope="session")
-def t2is_path() -> Path:
-    return T2IS_FILE
 
 
 @pytest.fixture(scope="session")

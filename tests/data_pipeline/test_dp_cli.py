@@ -85,7 +85,7 @@ def test_cli_errors(tmp_path, capsys):
 @pytest.mark.slow
 def test_grids_generated_by_a_diffusers_pipeline_folder(tmp_path, t2is_path):
     from data_pipeline.storage import read_jsonl
-    from paco_reward.testing import build_tiny_flux
+    from paco_grpo.testing import build_tiny_flux
 
     flux = build_tiny_flux(tmp_path / "flux")
     work = tmp_path / "work"

@@ -70,7 +70,7 @@ class CountingPipe:
 def test_generate_with_tiny_flux_on_real_prompts(tmp_path, t2is_path):
     from diffusers import FluxPipeline
 
-    from paco_reward.testing import build_tiny_flux
+    from paco_grpo.testing import build_tiny_flux
 
     pipe = CountingPipe(FluxPipeline.from_pretrained(build_tiny_flux(tmp_path / "flux")))
     work = tmp_path / "work"
@@ -108,7 +108,7 @@ def test_t2is_prompts_through_every_stage_with_tiny_flux(tmp_path, t2is_path, te
     from data_pipeline.rankings import ingest_rankings
     from data_pipeline.reasons import OpenAITeacher, annotate_reasons
     from data_pipeline.stats import write_stats
-    from paco_reward.testing import build_tiny_flux
+    from paco_grpo.testing import build_tiny_flux
 
     pipe = FluxPipeline.from_pretrained(build_tiny_flux(tmp_path / "flux"))
     work = tmp_path / "work"

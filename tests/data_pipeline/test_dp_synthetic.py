@@ -7,7 +7,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from data_pipeline.grids import split_grid, split_panel_prompts
 from data_pipeline.synthetic import (
     PanelSpec,
     SimulatedAnnotators,
@@ -15,6 +14,7 @@ from data_pipeline.synthetic import (
     panel_similarity,
     render_panel,
 )
+from paco_reward.grids import split_grid, split_panel_prompts
 
 
 def test_prompts_are_t2is_records_in_any_layout():

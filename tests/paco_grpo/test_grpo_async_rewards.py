@@ -132,7 +132,7 @@ def test_acall_reward_runs_plain_callables_in_a_thread():
 def trainer(tmp_path_factory):
     from paco_grpo.grpo_config import GRPOConfig
     from paco_grpo.grpo_trainer import GRPOTrainer
-    from paco_reward.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux import build_tiny_flux
 
     root = tmp_path_factory.mktemp("async-trainer")
     flux = build_tiny_flux(root / "flux", seed=0)

@@ -18,10 +18,10 @@ from paco_grpo.edit_pipeline import (
     resize_to_area,
 )
 from paco_grpo.sde import sde_step
+from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
+from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 from paco_reward.errors import PromptError
 from paco_reward.images import image_hash
-from paco_reward.testing.flux_kontext import build_tiny_flux_kontext
-from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit
 
 
 def _image(width: int, height: int, seed: int = 0) -> Image.Image:

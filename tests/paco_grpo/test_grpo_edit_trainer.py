@@ -17,9 +17,9 @@ from paco_grpo.cli import main
 from paco_grpo.data import load_prompts
 from paco_grpo.grpo_config import QWEN_IMAGE_LORA_TARGETS, GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
+from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
 from paco_reward.errors import PromptError
 from paco_reward.images import image_hash
-from paco_reward.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
 
 RECIPE = "recipes/grpo_kontext_tiny_cpu.yaml"
 QWEN_RECIPE = "recipes/grpo_qwen_image_edit_tiny_cpu.yaml"
@@ -154,7 +154,7 @@ def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
 def test_qwen_image_edit_trainer_runs_and_checkpoint_reloads(tmp_path):
     from diffusers import QwenImageEditPipeline
 
-    from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit
+    from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 
     model_dir = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     overrides = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "out")}
@@ -251,7 +251,7 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
     qwen = "qwen" in recipe
     model_dir = kontext_dir
     if qwen:
-        from paco_reward.testing.qwen_image_edit import build_tiny_qwen_image_edit
+        from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 
         model_dir = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     overrides = {

@@ -9,8 +9,8 @@ from diffusers import FluxPipeline
 
 from paco_grpo.pipeline import FlowGRPOSampler
 from paco_grpo.sde import sde_step
+from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.timesteps import flux_schedule
-from paco_reward.testing.flux import build_tiny_flux
 
 PROMPTS = ["a red fox in a 2x2 grid", "a blue bird"]
 

@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 from transformers import CLIPModel, CLIPProcessor
 
-from data_pipeline.grids import split_grid
 from paco_grpo.rewards import CLIPImageReward, CLIPTextReward, PickScoreReward, build_reward
+from paco_reward.grids import split_grid
 from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.testing.pickscore import build_tiny_pickscore
 

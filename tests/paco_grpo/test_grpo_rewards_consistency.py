@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline.grids import split_grid
 from paco_grpo.rewards import (
     ConsistencyReward,
     EditConsistencyReward,
@@ -18,6 +17,7 @@ from paco_grpo.rewards import (
     build_rewards,
 )
 from paco_reward.errors import RewardServerError
+from paco_reward.grids import split_grid
 from paco_reward.images import load_image
 
 PROMPT = "FOUR-PANEL Images with a 2x2 grid layout. A red fox. [TOP]-[LEFT]: sleeping."

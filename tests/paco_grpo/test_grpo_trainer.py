@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer, grpo_loss
-from paco_reward.testing.flux import build_tiny_flux
+from paco_grpo.testing.flux import build_tiny_flux
 
 RECIPE = "recipes/grpo_tiny_cpu.yaml"
 REWARD = "reward/panel_colour_agreement/mean"

@@ -4,7 +4,7 @@ FLUX.1-Kontext-dev has the components of FLUX.1-dev (the same ``FluxTransformer2
 with guidance embedding, VAE, CLIP + T5 text encoders, scheduler); what differs is the
 pipeline: the reference image's packed VAE latents are appended to the image tokens, with
 position ids whose first axis is 1. :func:`build_tiny_flux_kontext` therefore writes the
-tiny FLUX components of :func:`paco_reward.testing.flux.tiny_flux_components` as a
+tiny FLUX components of :func:`paco_grpo.testing.flux.tiny_flux_components` as a
 ``FluxKontextPipeline`` folder, loadable the way ``black-forest-labs/FLUX.1-Kontext-dev`` is::
 
     >>> from diffusers import FluxKontextPipeline
@@ -38,7 +38,7 @@ def build_tiny_flux_kontext(
     """
     from diffusers import FluxKontextPipeline
 
-    from paco_reward.testing.flux import tiny_flux_components
+    from paco_grpo.testing.flux import tiny_flux_components
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

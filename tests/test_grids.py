@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_pipeline.grids import (
+from paco_reward.errors import LayoutError, PromptError
+from paco_reward.grids import (
     format_grid_prompt,
     panel_markers,
     parse_layout,
     split_grid,
     split_panel_prompts,
 )
-from paco_reward.errors import LayoutError, PromptError
 
 # Every layout the T2IS format uses (1xN strips and 2xN grids).
 LAYOUTS = [(1, n) for n in range(2, 7)] + [(2, n) for n in range(2, 6)]
