@@ -187,6 +187,7 @@ def _synthetic_config(args):
         grid_drift=args.grid_drift,
         panel_break=args.panel_break,
         pose=args.pose,
+        lighting=args.lighting,
         seed=args.seed,
     )
 
@@ -227,7 +228,18 @@ def _add_synthetic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--panel-break", type=float, default=0.2, help="probability a panel breaks 2-3 attributes"
     )
-    p.add_argument("--pose", action="store_true", help="vary the character's place and size")
+    p.add_argument(
+        "--pose",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="vary the character's place and size per panel (default; --no-pose: fixed)",
+    )
+    p.add_argument(
+        "--lighting",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="light each panel at its own shade of the palette (default; --no-lighting: light)",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -62,6 +62,10 @@ class SyntheticConfig:
         default=SyntheticWorld.pose,
         metadata={"help": "Vary the character's place and size per panel."},
     )
+    lighting: bool = field(
+        default=SyntheticWorld.lighting,
+        metadata={"help": "Light each panel at its own shade of the palette."},
+    )
     seed: int = field(default=0, metadata={"help": "World and annotator seed."})
 
     def __post_init__(self) -> None:
@@ -78,6 +82,7 @@ class SyntheticConfig:
             grid_drift=self.grid_drift,
             panel_break=self.panel_break,
             pose=self.pose,
+            lighting=self.lighting,
         )
 
     def layout_tuples(self) -> list[tuple[int, int]]:

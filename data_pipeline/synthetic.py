@@ -2,22 +2,39 @@
 
 SYNTHETIC DATA: nothing here is a real generator or a real annotator. Each synthetic
 prompt describes a character (identity: shape, body colour, marking), a drawing
-style (background colour, texture, outline) and a logic progression (panel k shows
-k + 1 pips). A "generated" grid of that prompt renders every panel from the prompt's
-attributes, except that, under seeded control, a whole grid may drift (as different
-seeds of a real generator draw a different character) and single panels may break
-one attribute. Ground truth is the attribute agreement of two panels.
+style (palette of the background, texture, outline) and a logic progression (panel k
+shows k + 1 pips). A "generated" grid of that prompt renders every panel from the
+prompt's attributes, except that, under seeded control, a whole grid may drift (as
+different seeds of a real generator draw a different character) and single panels may
+break one attribute. Ground truth is the attribute agreement of two panels.
+
+What is drawn, not where: by default (``pose=True``, ``lighting=True``) every panel
+places the character at its own position and size and lights the scene at its own shade
+(light, mid or dark) of the palette, as the same character moves through a real image
+set. Consistent panels are therefore no pixel copies, and pixel or embedding similarity
+is close to chance on the world's ground-truth pairs; a judge has to read the attributes.
+Every attribute stays readable by simple pixel statistics: the palette is the hue of
+the background, the colour the character's fill, the shape its silhouette, and so on
+(:func:`panel_layout` says where the renderer put everything).
 
 Labels never leak from one image: a broken attribute is redrawn uniformly from the
 same palette the prompt's own attribute came from, so every colour, shape, texture
 (...) is equally frequent among consistent and inconsistent panels; only comparing
 two panels tells them apart.
 
+Public API for other stages (ground truth per panel):
+:class:`PanelSpec` (a panel's attributes), :meth:`SyntheticWorld.panel_specs` (the
+specs of a grid), :func:`render_panel` / :func:`panel_layout` (pixels and placement),
+:func:`panel_attributes` / :func:`describe_panel` (readable values and a one-line
+description), :data:`ATTRIBUTES` and :data:`CHOICES` (attribute names and values).
+
     >>> world = SyntheticWorld(seed=0)
     >>> prompts = world.make_prompts(2)
     >>> grid = world.render_grid(prompts[0], grid_seed=0)
     >>> grid.size
     (128, 128)
+    >>> describe_panel(world.panel_specs(prompts[0], 0)[0])  # doctest: +ELLIPSIS
+    'Shape ..., colour ..., marking ..., palette ..., texture ..., outline ....'
 """
 
 from __future__ import annotations
@@ -44,23 +61,32 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "purple": (140, 50, 190),
     "orange": (240, 130, 20),
 }
-BACKGROUNDS: dict[str, tuple[int, int, int]] = {
-    "white": (245, 245, 240),
-    "gray": (150, 150, 150),
-    "black": (25, 25, 30),
+# Background colour of each palette at each shade. The palette (a style attribute) is the
+# background's hue; the shade is the panel's lighting, which varies from panel to panel
+# (``lighting=True``) and carries no label: shades of one palette differ in pixels more
+# than two palettes at one shade do.
+SHADES = ("light", "mid", "dark")
+PALETTES: dict[str, dict[str, tuple[int, int, int]]] = {
+    "warm": {"light": (250, 232, 205), "mid": (190, 150, 115), "dark": (85, 50, 30)},
+    "cool": {"light": (212, 230, 250), "mid": (110, 150, 195), "dark": (25, 45, 85)},
+    "neutral": {"light": (240, 240, 240), "mid": (150, 150, 150), "dark": (35, 35, 35)},
 }
+# Grey ink of the texture, and the colour of outline and pips, at each shade.
+INK = {"light": (80, 80, 80), "mid": (225, 225, 225), "dark": (140, 140, 140)}
+LINE = {"light": (0, 0, 0), "mid": (0, 0, 0), "dark": (255, 255, 255)}
 SHAPES = ["circle", "square", "triangle", "diamond"]
 MARKINGS = ["plain", "dots", "stripes", "cross"]
 TEXTURES = ["plain", "grain", "hatch"]
 OUTLINES = [0, 3]
 
 IDENTITY = ("shape", "colour", "marking")
-STYLE = ("background", "texture", "outline")
+STYLE = ("palette", "texture", "outline")
+ATTRIBUTES = IDENTITY + STYLE
 CHOICES: dict[str, list[Any]] = {
     "shape": SHAPES,
     "colour": list(COLOURS),
     "marking": MARKINGS,
-    "background": list(BACKGROUNDS),
+    "palette": list(PALETTES),
     "texture": TEXTURES,
     "outline": OUTLINES,
 }
@@ -77,26 +103,60 @@ CATEGORIES = {
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """Everything a synthetic panel shows; ``step`` is the pip count minus one."""
+    """The ground truth of a panel: its attributes (values from :data:`CHOICES`;
+    ``outline`` is the line width in pixels, 0 = none) and ``step``, the pip count minus
+    one. Where the character sits and how the scene is lit are not part of it (see
+    :func:`panel_layout`)."""
 
     shape: str
     colour: str
     marking: str
-    background: str
+    palette: str
     texture: str
     outline: int
     step: int
 
+    def __post_init__(self) -> None:
+        for key in ATTRIBUTES:
+            if getattr(self, key) not in CHOICES[key]:
+                raise ValueError(
+                    f"PanelSpec.{key}={getattr(self, key)!r} is not one of {CHOICES[key]}."
+                )
+        if not isinstance(self.step, int) or self.step < 0:
+            raise ValueError(f"PanelSpec.step must be an int >= 0; got {self.step!r}.")
+
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def panel_attributes(spec: PanelSpec) -> dict[str, str]:
+    """The identity and style attributes of a panel as words (``outline``: ``"thick"`` or
+    ``"none"``), in :data:`ATTRIBUTES` order: what reasons and descriptions name.
+
+    >>> panel_attributes(PanelSpec("circle", "red", "dots", "warm", "grain", 3, 0))["outline"]
+    'thick'
+    """
+    attrs = {k: getattr(spec, k) for k in ATTRIBUTES}
+    attrs["outline"] = "thick" if spec.outline else "none"
+    return attrs
+
+
+def describe_panel(spec: PanelSpec) -> str:
+    """One line naming every identity and style attribute of a panel, in the words the
+    pair reasons use (:func:`data_pipeline.reasons.attribute_comparison`).
+
+    >>> describe_panel(PanelSpec("circle", "red", "dots", "warm", "grain", 3, 0))
+    'Shape circle, colour red, marking dots, palette warm, texture grain, outline thick.'
+    """
+    text = ", ".join(f"{k} {v}" for k, v in panel_attributes(spec).items()) + "."
+    return text[0].upper() + text[1:]
 
 
 def panel_similarity(a: PanelSpec, b: PanelSpec) -> float:
     """Ground-truth consistency of two panels in [0, 1]: the fraction of identity and
     style attributes they share. (The pip count is not compared: it depends on a panel's
     position, which a pair does not show.)"""
-    keys = IDENTITY + STYLE
-    return sum(getattr(a, k) == getattr(b, k) for k in keys) / len(keys)
+    return sum(getattr(a, k) == getattr(b, k) for k in ATTRIBUTES) / len(ATTRIBUTES)
 
 
 @dataclass
@@ -110,8 +170,10 @@ class SyntheticWorld:
             or style (one attribute of the prompt's focus dimension redrawn).
         panel_break: probability that one panel breaks (``break_sizes`` attributes).
         break_sizes: how many attributes a broken panel changes (drawn uniformly).
-        pose: vary the character's place and size in every panel (see :func:`render_panel`),
-            so that pixel similarity no longer tells consistent panels apart.
+        pose: vary the character's place and size in every panel (default); False keeps it
+            in one place (2-pixel jitter), where consistent panels are near pixel copies.
+        lighting: light every panel at its own shade of the palette (default); False
+            draws every background at its light shade.
     """
 
     seed: int = 0
@@ -119,7 +181,8 @@ class SyntheticWorld:
     grid_drift: float = 0.1
     panel_break: float = 0.2
     break_sizes: tuple[int, ...] = (2, 3)
-    pose: bool = False
+    pose: bool = True
+    lighting: bool = True
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,11 +229,11 @@ class SyntheticWorld:
         return attrs
 
     def _prompt_record(self, idx: str, attrs: dict, focus: str, rows: int, cols: int) -> dict:
-        outline = "a thick black outline" if attrs["outline"] else "no outline"
+        outline = "a thick outline" if attrs["outline"] else "no outline"
         character = (
             f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
         )
-        style = f"drawn with {outline} on a {attrs['background']} {attrs['texture']} background"
+        style = f"drawn with {outline} on a {attrs['palette']}-toned {attrs['texture']} background"
         global_description = f"{character[0].upper()}{character[1:]}, {style}."
         panels = [
             f"The same character with {k + 1} pip{'s' if k else ''} below it."
@@ -231,7 +294,22 @@ class SyntheticWorld:
 
     def render_panel(self, spec: PanelSpec, seed: int = 0) -> Image.Image:
         """Draw one panel (``panel_size`` square RGB image)."""
-        return render_panel(spec, self.panel_size, seed=seed, pose=self.pose)
+        return render_panel(
+            spec, self.panel_size, seed=seed, pose=self.pose, lighting=self.lighting
+        )
+
+    def layout(self, spec: PanelSpec, seed: int = 0) -> PanelLayout:
+        """Where :meth:`render_panel` puts the character and how it lights the panel."""
+        return panel_layout(
+            spec, self.panel_size, seed=seed, pose=self.pose, lighting=self.lighting
+        )
+
+    def random_spec(self, rng: random.Random, steps: int = 4) -> PanelSpec:
+        """A panel spec with every attribute drawn uniformly (and ``step`` below ``steps``):
+        single panels of this world outside any prompt, e.g. for describing panels."""
+        return PanelSpec(
+            step=rng.randrange(steps), **{k: rng.choice(CHOICES[k]) for k in ATTRIBUTES}
+        )
 
     def render_grid(self, record: dict, grid_seed: int) -> Image.Image:
         """The grid image of ``record`` for generator seed ``grid_seed``."""
@@ -293,43 +371,51 @@ def _draw_shape(
         draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], **kw)
 
 
-def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = False) -> Image.Image:
-    """Draw a panel: textured background, outlined character with a marking, and
-    ``spec.step + 1`` pips along the bottom edge. With ``pose`` the character's place and
-    size vary from panel to panel (seeded); otherwise it moves by at most 2 pixels.
+@dataclass(frozen=True)
+class PanelLayout:
+    """Where a panel's pieces are: the character's bounding ``box`` (x0, y0, x1, y1), the
+    scene's ``shade`` and the resulting ``background``, texture ``ink`` and ``line``
+    (outline and pips) colours, the ``hatch_phase`` of a hatched texture, and the pips'
+    ``pip_boxes``. Nuisance, not ground truth: it varies between consistent panels."""
 
-    >>> render_panel(PanelSpec("circle", "red", "dots", "white", "grain", 3, 1)).size
-    (64, 64)
+    box: tuple[int, int, int, int]
+    shade: str
+    background: tuple[int, int, int]
+    ink: tuple[int, int, int]
+    line: tuple[int, int, int]
+    hatch_phase: int
+    pip_boxes: tuple[tuple[int, int, int, int], ...]
+
+
+# Side of the character's box as a fraction of the panel side, with pose.
+POSE_SIZES = (0.42, 0.72)
+
+
+def panel_layout(
+    spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = True, lighting: bool = True
+) -> PanelLayout:
+    """The placement and lighting :func:`render_panel` uses for ``spec`` and ``seed``.
+
+    With ``pose`` the character's box is a square of a random side (``POSE_SIZES`` of the
+    panel) anywhere above the pips; without it, a fixed box moved by at most 2 pixels.
+    With ``lighting`` the shade is drawn per panel; without it, it is ``"light"``.
+
+    >>> panel_layout(PanelSpec("circle", "red", "dots", "warm", "grain", 3, 1)).shade in SHADES
+    True
     """
     rng = random.Random(seed)
-    bg = BACKGROUNDS[spec.background]
-    image = Image.new("RGB", (size, size), bg)
-    draw = ImageDraw.Draw(image)
-    ink = {"white": (80, 80, 80), "gray": (225, 225, 225), "black": (140, 140, 140)}[
-        spec.background
-    ]
-    # Textures are drawn coarse enough (2-pixel grains and lines) to survive the resize to
-    # a tiny model's 56-pixel input.
-    if spec.texture == "grain":
-        for _ in range(size * size // 40):
-            x, y = rng.randrange(size), rng.randrange(size)
-            draw.rectangle((x, y, x + 1, y + 1), fill=ink)
-    elif spec.texture == "hatch":
-        for offset in range(-size, size, 8):
-            draw.line([(offset, size), (offset + size, 0)], fill=ink, width=2)
-    margin = size // 5
+    shade = rng.choice(SHADES) if lighting else "light"
+    hatch_phase = rng.randrange(8)
+    pip = max(2, size // 20)
+    pip_y = size - pip * 2 - 1
     if pose:
-        # The character sits at a different place and size in every panel, as the same
-        # character does across a real image set: consistent panels are not pixel copies.
-        dx, dy = rng.randint(-size // 8, size // 8), rng.randint(-size // 16, size // 20)
-        shrink = rng.randint(0, size // 12)
-        box = (
-            margin + shrink + dx,
-            margin // 2 + shrink + dy,
-            size - margin - shrink + dx,
-            size - margin - margin // 4 - shrink + dy,
-        )
+        low, high = POSE_SIZES
+        side = int(round(rng.uniform(low, high) * size))
+        x0 = rng.randint(1, size - side - 1)
+        y0 = rng.randint(1, max(1, pip_y - side - 2))
+        box = (x0, y0, x0 + side, y0 + side)
     else:
+        margin = size // 5
         jitter = rng.randint(-2, 2)
         box = (
             margin + jitter,
@@ -337,17 +423,60 @@ def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = Fa
             size - margin + jitter,
             size - margin - margin // 4,
         )
-    outline_colour = (0, 0, 0) if spec.background != "black" else (255, 255, 255)
+    count = spec.step + 1
+    x = (size - count * pip * 2) // 2
+    pips = tuple((x + k * 2 * pip, pip_y, x + k * 2 * pip + pip, pip_y + pip) for k in range(count))
+    return PanelLayout(
+        box=box,
+        shade=shade,
+        background=PALETTES[spec.palette][shade],
+        ink=INK[shade],
+        line=LINE[shade],
+        hatch_phase=hatch_phase,
+        pip_boxes=pips,
+    )
+
+
+def render_panel(
+    spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = True, lighting: bool = True
+) -> Image.Image:
+    """Draw a panel: a background of the palette at the panel's shade with its texture, the
+    character (shape filled with its colour, outline, marking) where :func:`panel_layout`
+    puts it, and ``spec.step + 1`` pips along the bottom edge. ``seed`` fixes the
+    panel's nuisance (place, size, shade, grain); the same spec and seed draw the same
+    pixels.
+
+    >>> render_panel(PanelSpec("circle", "red", "dots", "warm", "grain", 3, 1)).size
+    (64, 64)
+    """
+    layout = panel_layout(spec, size, seed=seed, pose=pose, lighting=lighting)
+    rng = random.Random(f"{seed}-texture")
+    image = Image.new("RGB", (size, size), layout.background)
+    draw = ImageDraw.Draw(image)
+    # Textures are drawn coarse enough (2-pixel grains and lines) to survive the resize to
+    # a tiny model's 56-pixel input; the hatch's phase varies so that two hatched panels
+    # are not pixel copies either.
+    if spec.texture == "grain":
+        for _ in range(size * size // 40):
+            x, y = rng.randrange(size), rng.randrange(size)
+            draw.rectangle((x, y, x + 1, y + 1), fill=layout.ink)
+    elif spec.texture == "hatch":
+        for offset in range(-size + layout.hatch_phase, size, 8):
+            draw.line([(offset, size), (offset + size, 0)], fill=layout.ink, width=2)
+    box = layout.box
     _draw_shape(
         draw,
         spec.shape,
         box,
         fill=COLOURS[spec.colour],
-        outline=outline_colour if spec.outline else None,
+        outline=layout.line if spec.outline else None,
         width=spec.outline or 1,
     )
+    side = box[2] - box[0]
     cx, cy = (box[0] + box[2]) // 2, (box[1] + box[3]) // 2
-    r = max(2, size // 16)
+    if spec.shape == "triangle":  # the marking sits in the wide part of the triangle
+        cy = box[1] + 2 * (box[3] - box[1]) // 3
+    r = max(2, side // 10)
     mark = (255, 255, 255) if spec.colour != "yellow" else (30, 30, 30)
     if spec.marking == "dots":
         for dx in (-r * 2, r * 2):
@@ -355,18 +484,13 @@ def render_panel(spec: PanelSpec, size: int = 64, seed: int = 0, pose: bool = Fa
     elif spec.marking == "stripes":
         for dy in (-r * 2, 0, r * 2):
             draw.line(
-                [(cx - 3 * r, cy + dy), (cx + 3 * r, cy + dy)], fill=mark, width=max(1, r // 2)
+                [(cx - 3 * r, cy + dy), (cx + 3 * r, cy + dy)], fill=mark, width=max(2, r // 2)
             )
     elif spec.marking == "cross":
         draw.line([(cx - 2 * r, cy - 2 * r), (cx + 2 * r, cy + 2 * r)], fill=mark, width=max(2, r))
         draw.line([(cx - 2 * r, cy + 2 * r), (cx + 2 * r, cy - 2 * r)], fill=mark, width=max(2, r))
-    pip = max(2, size // 20)
-    count = spec.step + 1
-    span = count * pip * 2
-    x = (size - span) // 2
-    y = size - pip * 2 - 1
-    for k in range(count):
-        draw.rectangle((x + k * 2 * pip, y, x + k * 2 * pip + pip, y + pip), fill=outline_colour)
+    for pip_box in layout.pip_boxes:
+        draw.rectangle(pip_box, fill=layout.line)
     return image
 
 
@@ -461,10 +585,7 @@ def attribute_describer(world: SyntheticWorld, prompts: dict[str, dict]):
         out = []
         for key in ("panel_a", "panel_b"):
             grid, pos = pair[key].split(":")
-            spec = world.panel_specs(record, int(grid))[int(pos)]
-            attrs = {k: getattr(spec, k) for k in IDENTITY + STYLE}
-            attrs["outline"] = "thick" if attrs["outline"] else "none"
-            out.append(attrs)
+            out.append(panel_attributes(world.panel_specs(record, int(grid))[int(pos)]))
         return out[0], out[1]
 
     return describe

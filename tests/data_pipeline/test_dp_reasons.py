@@ -150,7 +150,7 @@ def test_template_reasoner_names_synthetic_attributes(pairs_work):
     # One clause per attribute, each saying whether the two panels agree on it.
     clauses = text_no[len("No. ") :].rstrip(".").split("; ")
     assert [c.split()[0].lower() for c in clauses] == [
-        "shape", "colour", "marking", "background", "texture", "outline"
+        "shape", "colour", "marking", "palette", "texture", "outline"
     ]  # fmt: skip
     assert all(c.endswith((", same", ", different")) for c in clauses)
     assert any(c.endswith(", different") for c in clauses)

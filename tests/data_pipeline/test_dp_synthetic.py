@@ -11,6 +11,7 @@ from data_pipeline.synthetic import (
     PanelSpec,
     SimulatedAnnotators,
     SyntheticWorld,
+    panel_layout,
     panel_similarity,
     render_panel,
 )
@@ -52,13 +53,25 @@ def _seed(record, grid, k):
 def test_panels_show_their_attributes():
     from data_pipeline.synthetic import COLOURS, PanelSpec
 
-    red = render_panel(PanelSpec("square", "red", "plain", "white", "plain", 0, 0), 64)
-    blue = render_panel(PanelSpec("square", "blue", "plain", "white", "plain", 0, 0), 64)
-    assert red.getpixel((32, 28)) == COLOURS["red"] and blue.getpixel((32, 28)) == COLOURS["blue"]
+    red_spec = PanelSpec("square", "red", "plain", "warm", "plain", 0, 0)
+    blue_spec = PanelSpec("square", "blue", "plain", "warm", "plain", 0, 0)
+    for seed in range(5):
+        layout = panel_layout(red_spec, 64, seed=seed)
+        x0, y0, x1, y1 = layout.box
+        centre = ((x0 + x1) // 2, (y0 + y1) // 2)
+        assert render_panel(red_spec, 64, seed=seed).getpixel(centre) == COLOURS["red"]
+        assert render_panel(blue_spec, 64, seed=seed).getpixel(centre) == COLOURS["blue"]
+        assert render_panel(red_spec, 64, seed=seed).getpixel((0, 0)) == layout.background
     assert panel_similarity(
-        PanelSpec("square", "red", "plain", "white", "plain", 0, 0),
-        PanelSpec("square", "blue", "plain", "white", "plain", 0, 1),
-    ) == pytest.approx(5 / 6)
+        red_spec, PanelSpec("square", "blue", "plain", "warm", "plain", 0, 1)
+    ) == (pytest.approx(5 / 6))
+
+
+def test_panel_spec_rejects_unknown_values():
+    with pytest.raises(ValueError, match="palette"):
+        PanelSpec("square", "red", "plain", "white", "plain", 0, 0)
+    with pytest.raises(ValueError, match="step"):
+        PanelSpec("square", "red", "plain", "warm", "plain", 0, -1)
 
 
 def test_attributes_are_not_readable_from_one_panel():
@@ -155,7 +168,7 @@ def test_pair_labels_are_not_readable_from_the_candidate_alone():
     by_label = {label: [p for p in pairs if p["label"] == label] for label in (0, 1)}
     assert min(len(v) for v in by_label.values()) > 2000
     for key in ("panel_a", "panel_b"):
-        for attribute in ("shape", "colour", "marking", "background", "texture", "outline"):
+        for attribute in ("shape", "colour", "marking", "palette", "texture", "outline"):
             dist = {}
             for label, group in by_label.items():
                 counts = Counter(getattr(spec(p, key), attribute) for p in group)
@@ -203,18 +216,77 @@ def test_equal_looking_candidates_always_tie():
 def test_pose_moves_the_character_between_consistent_panels():
     """Without pose, two renders of one spec differ only by a 2-pixel shift; with pose the
     character moves and resizes, so their pixels differ far more."""
-    spec = PanelSpec("square", "red", "plain", "white", "plain", 0, 0)
+    spec = PanelSpec("square", "red", "plain", "neutral", "plain", 0, 0)
 
     def red_box(image):
         red = np.all(np.asarray(image) == (215, 40, 40), axis=-1)
         ys, xs = np.nonzero(red)
         return xs.min(), ys.min(), xs.max(), ys.max()
 
-    still = {red_box(render_panel(spec, 64, seed=s)) for s in range(12)}
-    posed = {red_box(render_panel(spec, 64, seed=s, pose=True)) for s in range(12)}
+    still = {red_box(render_panel(spec, 64, seed=s, pose=False)) for s in range(12)}
+    posed = {red_box(render_panel(spec, 64, seed=s)) for s in range(12)}
     assert max(b[0] for b in still) - min(b[0] for b in still) <= 4
-    assert max(b[0] for b in posed) - min(b[0] for b in posed) >= 8
-    assert len({b[2] - b[0] for b in posed}) > 1  # sizes vary too
-    world = SyntheticWorld(seed=0, pose=True)
+    assert max(b[0] for b in posed) - min(b[0] for b in posed) >= 12
+    assert max(b[2] - b[0] for b in posed) - min(b[2] - b[0] for b in posed) >= 8  # sizes vary
+    world = SyntheticWorld(seed=0)
     record = world.make_prompts(1)[0]
     assert world.render_grid(record, 0).size == (128, 128)
+
+
+def test_lighting_changes_the_shade_not_the_palette():
+    """Each panel is lit at its own shade; the background's hue (the palette) stays: warm
+    backgrounds are redder than blue, cool ones bluer than red, neutral ones grey."""
+    from data_pipeline.synthetic import PALETTES, SHADES
+
+    shades = set()
+    for palette in PALETTES:
+        spec = PanelSpec("circle", "green", "plain", palette, "plain", 0, 0)
+        for seed in range(20):
+            image = render_panel(spec, 64, seed=seed)
+            layout = panel_layout(spec, 64, seed=seed)
+            r, g, b = image.getpixel((0, 0))
+            assert (r, g, b) == PALETTES[palette][layout.shade]
+            assert {"warm": r > b, "cool": b > r, "neutral": r == g == b}[palette]
+            shades.add(layout.shade)
+        light = render_panel(spec, 64, seed=0, lighting=False).getpixel((0, 0))
+        assert light == PALETTES[palette]["light"]
+    assert shades == set(SHADES)
+
+
+def test_pixels_do_not_decide_ground_truth_pairs():
+    """On the default world, mean absolute pixel difference barely separates identical
+    panels from panels two or more attributes apart (ROC-AUC near 0.5); without pose and
+    lighting it does (the reason the default world varies them). AUC from scipy's
+    Mann-Whitney U."""
+    from scipy.stats import mannwhitneyu
+
+    from data_pipeline.synthetic import ATTRIBUTES, hash_seed
+
+    def auc(world):
+        pixels, labels = [], []
+        for record in world.make_prompts(12):
+            panels = [
+                (
+                    g,
+                    spec,
+                    np.asarray(world.render_panel(spec, hash_seed(record["idx"], g, k)), float),
+                )
+                for g in range(4)
+                for k, spec in enumerate(world.panel_specs(record, g))
+            ]
+            for i, (ga, a, image_a) in enumerate(panels):
+                for gb, b, image_b in panels[i + 1 :]:
+                    differences = sum(getattr(a, key) != getattr(b, key) for key in ATTRIBUTES)
+                    if ga != gb and differences != 1:
+                        pixels.append(-np.abs(image_a - image_b).mean())
+                        labels.append(differences == 0)
+        pixels, labels = np.array(pixels), np.array(labels)
+        assert labels.sum() > 50 and (~labels).sum() > 50
+        u = mannwhitneyu(pixels[labels], pixels[~labels]).statistic
+        return u / (labels.sum() * (~labels).sum())
+
+    varied, still = (
+        auc(SyntheticWorld(seed=0)),
+        auc(SyntheticWorld(seed=0, pose=False, lighting=False)),
+    )
+    assert varied < 0.65 and still > varied + 0.15, (varied, still)
