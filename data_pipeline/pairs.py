@@ -52,6 +52,14 @@ class LabelRule:
         default="theme",
         metadata={"help": "Instance/prompt field that fills the template's {prompt} ('theme')."},
     )
+    template_mix: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Other task-aware templates and the fraction of pairs asked with each, e.g. "
+            "{'rank': 0.25} (ConsistencyRank's theme-free question); each pair's template is "
+            "drawn by a stable hash of the pair, the rest use `template`."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.top_k < 0 or self.bottom_k < 0 or self.top_k + self.bottom_k == 0:
@@ -63,6 +71,29 @@ class LabelRule:
             raise ValueError(f"template must be one of {sorted(TEMPLATES)}; got {self.template!r}.")
         if self.ties not in TIE_RULES:
             raise ValueError(f"ties must be one of {TIE_RULES}; got {self.ties!r}.")
+        unknown = sorted(set(self.template_mix) - set(TEMPLATES))
+        if unknown:
+            raise ValueError(
+                f"template_mix has unknown templates {unknown}; use {sorted(TEMPLATES)}."
+            )
+        fractions = list(self.template_mix.values())
+        if any(not 0.0 <= f <= 1.0 for f in fractions) or sum(fractions) > 1.0:
+            raise ValueError(
+                f"template_mix fractions must be in [0, 1] and sum to at most 1; got "
+                f"{self.template_mix!r}."
+            )
+
+    def template_for(self, *key) -> str:
+        """The template of the pair named by ``key``: one of ``template_mix`` for the
+        stated fractions of pairs (stable hash of ``key``), else ``template``."""
+        if not self.template_mix:
+            return self.template
+        u = int(stable_id("template", *key), 16) / 16**16
+        for name, fraction in sorted(self.template_mix.items()):
+            if u < fraction:
+                return name
+            u -= fraction
+        return self.template
 
 
 def _take(groups: list[list[int]], k: int, ties: str) -> list[int]:
@@ -144,12 +175,13 @@ def rankings_to_pairs(
                 f"{rule.prompt_field!r} is empty; set LabelRule.prompt_field or use template='rank'."
             )
         for cand, label in sorted(label_candidates(result["ranking"], rule).items()):
+            image_a, image_b = inst["reference"]["path"], inst["candidates"][cand]["path"]
             pair = make_pair(
                 inst["prompt_id"],
-                inst["reference"]["path"],
-                inst["candidates"][cand]["path"],
+                image_a,
+                image_b,
                 label,
-                rule.template,
+                rule.template_for(inst["prompt_id"], image_a, image_b),
                 prompt,
                 inst.get("category", "uncategorised"),
                 inst.get("source", "t2is"),

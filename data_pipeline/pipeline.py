@@ -155,8 +155,11 @@ def run_synthetic(
     The default label rule keeps whole tie groups (``LabelRule(ties="all")``): the
     simulated annotators tie candidates that look alike, and dropping ties would drop
     most consistent pairs (several panels of a grid often match the reference exactly).
+    It also asks a quarter of the pairs with ConsistencyRank's theme-free ``rank``
+    template (``template_mix``), so an evaluator trained on the export has been asked the
+    question the ConsistencyRank benchmark asks.
     """
-    rule = rule or LabelRule(ties="all")
+    rule = rule or LabelRule(ties="all", template_mix={"rank": 0.25})
     work_dir = Path(work_dir)
     inputs = make_synthetic_inputs(work_dir, config)
     prepare_prompts(inputs["prompts"], work_dir, source="synthetic")

@@ -53,6 +53,10 @@ from paco_reward.grids import format_grid_prompt
 
 logger = logging.getLogger(__name__)
 
+# Bumped whenever the drawing or the ground truth changes: anything cached from the world's
+# panels (e.g. the tiny model's stand-in pretraining) keys on it.
+WORLD_VERSION = 2
+
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (215, 40, 40),
     "green": (40, 170, 60),
@@ -304,6 +308,19 @@ class SyntheticWorld:
             spec, self.panel_size, seed=seed, pose=self.pose, lighting=self.lighting
         )
 
+    def describe_example(self, rng: random.Random) -> tuple[Image.Image, str]:
+        """A random single panel of this world (attributes uniform, own pose and lighting)
+        and its one-line description (:func:`describe_panel`): the examples of the tiny
+        model's stand-in pretraining (:mod:`paco_reward.testing.standin`). They come from
+        ``rng`` alone, never from a prompt's grids.
+
+        >>> image, text = SyntheticWorld().describe_example(random.Random(0))
+        >>> image.size, text.startswith("Shape ")
+        ((64, 64), True)
+        """
+        spec = self.random_spec(rng)
+        return self.render_panel(spec, seed=rng.getrandbits(32)), describe_panel(spec)
+
     def random_spec(self, rng: random.Random, steps: int = 4) -> PanelSpec:
         """A panel spec with every attribute drawn uniformly (and ``step`` below ``steps``):
         single panels of this world outside any prompt, e.g. for describing panels."""
@@ -476,7 +493,7 @@ def render_panel(
     cx, cy = (box[0] + box[2]) // 2, (box[1] + box[3]) // 2
     if spec.shape == "triangle":  # the marking sits in the wide part of the triangle
         cy = box[1] + 2 * (box[3] - box[1]) // 3
-    r = max(2, side // 10)
+    r = max(2, side // 8)
     mark = (255, 255, 255) if spec.colour != "yellow" else (30, 30, 30)
     if spec.marking == "dots":
         for dx in (-r * 2, r * 2):

@@ -7,7 +7,7 @@ import importlib
 import time
 from pathlib import Path
 
-from demo.context import DemoContext
+from demo.context import DemoContext, make_reproducible
 
 STAGES = ["scoring", "data", "train", "server", "benchmarks", "grpo", "grpo_edit"]
 
@@ -16,8 +16,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output-dir", type=Path, default=Path("demo_output"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (fixed, for reproducibility)"
+    )
     parser.add_argument("--stages", nargs="*", default=STAGES, choices=STAGES)
     args = parser.parse_args(argv)
+    make_reproducible(args.seed, args.threads)
     ctx = DemoContext(output_dir=args.output_dir, seed=args.seed)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for name in args.stages:

@@ -19,6 +19,23 @@ class DemoContext:
         return p
 
 
+def make_reproducible(seed: int, threads: int = 1) -> None:
+    """Fix what a rerun needs to give the same numbers: the seeds (Python, NumPy, torch),
+    torch's CPU thread count (reductions split differently over a different number of
+    threads, and one thread does not slow the tiny models down on a shared machine) and
+    torch's deterministic algorithms where it has them."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
     """Print a plain-text table (the demo's only output format)."""
     cells = [[f"{c:.4f}" if isinstance(c, float) else str(c) for c in row] for row in rows]

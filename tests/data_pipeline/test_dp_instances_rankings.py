@@ -189,6 +189,28 @@ def test_label_rule_validation():
         ValueError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"
     ):
         LabelRule(ties="x")
+    with pytest.raises(ValueError, match="unknown templates"):
+        LabelRule(template_mix={"nope": 0.1})
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        LabelRule(template_mix={"rank": 0.7, "criteria": 0.5})
+
+
+def test_template_mix_asks_a_stable_fraction_with_other_templates():
+    instances = {i["instance_id"]: {**i, "theme": "a red fox"} for i in make_instances(_panels(8))}
+    merged = {k: {"ranking": [[1], [0], [2], [3]]} for k in instances}
+    rule = LabelRule(template_mix={"rank": 0.25})
+    pairs = rankings_to_pairs(instances, merged, rule)
+    rank = [p for p in pairs if p["template"] == "rank"]
+    assert {p["template"] for p in pairs} == {"consistency", "rank"}
+    assert abs(len(rank) / len(pairs) - 0.25) < 0.06, (len(rank), len(pairs))
+    assert all(p["prompt"] == "" for p in rank)
+    assert all(p["prompt"] == "a red fox" for p in pairs if p["template"] == "consistency")
+    again = rankings_to_pairs(instances, merged, rule)
+    assert [(p["pair_id"], p["template"]) for p in again] == [
+        (p["pair_id"], p["template"]) for p in pairs
+    ]
+    plain = rankings_to_pairs(instances, merged, LabelRule())
+    assert len(plain) == len(pairs) and {p["template"] for p in plain} == {"consistency"}
 
 
 def test_rankings_to_pairs_records():
