@@ -29,6 +29,7 @@ import numpy as np
 
 from paco_reward.atomic_io import atomic_write_text, save_figure
 from paco_reward.errors import PacoError
+from paco_reward.templates import get_template
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,10 @@ class PacoPairScorer:
         self.name = name
 
     def score_pairs(self, pairs: Sequence[tuple]) -> np.ndarray:
-        """``PacoReward.score_pairs(pairs, template=self.template)``."""
+        """``PacoReward.score_pairs(pairs, template=self.template)``; the benchmark's prompt is
+        passed on only when the template takes one (``rank`` is theme-free)."""
+        if not get_template(self.template).needs_prompt:
+            pairs = [tuple(pair[:2]) for pair in pairs]
         return np.asarray(self.reward.score_pairs(pairs, template=self.template), np.float64)
 
     def score_edit_batch(self, triples: Sequence[tuple]) -> dict[str, np.ndarray]:

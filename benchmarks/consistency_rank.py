@@ -56,9 +56,9 @@ from benchmarks.common import (
 from paco_reward.metrics import (
     RANKING_METRICS,
     TIE_RULES,
-    average_metrics,
     item_ranking_metrics,
     predicted_order,
+    ranking_metrics,
 )
 
 logger = logging.getLogger(__name__)
@@ -295,15 +295,9 @@ def summarize(records: Sequence[dict], ties: str = "first") -> dict:
     scores; ``by_category`` when items have categories."""
 
     def metrics_of(recs: Sequence[dict]) -> dict:
-        per_item, skipped = [], 0
-        for r in recs:
-            scores = np.asarray([np.nan if s is None else s for s in r["scores"]], np.float64)
-            if not np.isfinite(scores).all():
-                skipped += 1
-                continue
-            order = [r["comp_images"].index(name) for name in r["rank_images"]]
-            per_item.append(item_ranking_metrics(scores, order, ties))
-        return average_metrics(per_item, n_skipped=skipped)
+        scores = [[np.nan if s is None else s for s in r["scores"]] for r in recs]
+        orders = [[r["comp_images"].index(name) for name in r["rank_images"]] for r in recs]
+        return ranking_metrics(scores, orders, ties)
 
     summary = {"overall": metrics_of(records)}
     categories = sorted({r["category"] for r in records if r.get("category")})
@@ -315,15 +309,21 @@ def summarize(records: Sequence[dict], ties: str = "first") -> dict:
 
 
 def summary_rows(results: dict[str, dict], with_paper: bool = True) -> tuple[list[str], list[list]]:
-    """Header and rows of the summary table: our methods, then the paper's numbers."""
-    header = ["method", "n"] + [label for _, label in TABLE_COLUMNS]
+    """Header and rows of the summary table: our methods, then the paper's numbers.
+
+    ``tied`` counts the items whose scores tie: their order comes from the ``ties`` rule,
+    and the released evaluator's order for them depends on the numpy version."""
+    header = ["method", "n", "tied"] + [label for _, label in TABLE_COLUMNS]
     rows = [
-        [name, s["overall"]["n_items"]] + [s["overall"][key] for key, _ in TABLE_COLUMNS]
+        [name, s["overall"]["n_items"], s["overall"]["n_tied"]]
+        + [s["overall"][key] for key, _ in TABLE_COLUMNS]
         for name, s in results.items()
     ]
     if with_paper:
         for name, paper in PAPER_RESULTS.items():
-            rows.append([f"paper: {name}", None] + [paper.get(key) for key, _ in TABLE_COLUMNS])
+            rows.append(
+                [f"paper: {name}", None, None] + [paper.get(key) for key, _ in TABLE_COLUMNS]
+            )
     return header, rows
 
 
@@ -416,7 +416,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--items-per-batch", type=int, default=8, help="Items per score_pairs call."
     )
-    parser.add_argument("--ties", choices=TIE_RULES, default="first", help="Score tie rule.")
+    parser.add_argument(
+        "--ties",
+        choices=TIE_RULES,
+        default="first",
+        help="Order of tied scores: 'first' (lower index first) or 'last' (= the released "
+        "evaluator's np.argsort(scores)[::-1] under numpy 1.x, n <= 16). The summary counts "
+        "tied items.",
+    )
     parser.add_argument("--category-field", default="category", help="prompt_data category key.")
     parser.add_argument("--limit", type=int, default=None, help="Evaluate the first N items only.")
     parser.add_argument("--no-progress", action="store_true", help="Hide progress bars.")

@@ -216,6 +216,12 @@ class GRPOConfig:
             "help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl, parquet for .parquet, else text."
         },
     )
+    layout: str | None = field(
+        default=None,
+        metadata={
+            "help": "Grid layout ('2x2', '1x4') of text-to-image-set prompts that name none. Each prompt's layout is, in order: its line's `layout` field, the layout its text names, then this value; a prompt with none fails when the prompt file is loaded."
+        },
+    )
     pipeline: str = field(
         default="flux",
         metadata={

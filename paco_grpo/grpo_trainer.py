@@ -99,9 +99,9 @@ class GRPOTrainer:
             )
 
         # --- data
-        self.items = load_prompts(cfg.prompt_file, cfg.prompt_format)
+        self.items = load_prompts(cfg.prompt_file, cfg.prompt_format, cfg.layout)
         test_file = cfg.test.prompt_file or cfg.prompt_file
-        self.test_items = load_prompts(test_file, cfg.prompt_format)
+        self.test_items = load_prompts(test_file, cfg.prompt_format, cfg.layout)
         if cfg.test.num_prompts:
             self.test_items = self.test_items[: cfg.test.num_prompts]
 

@@ -153,11 +153,34 @@ class ImagePolicy:
             )
 
 
+# Qwen2.5-VL's processors refuse images whose long side exceeds 200x the short one.
+MAX_ASPECT_RATIO = 200
+
+
 def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image") -> Image.Image:
     """Resize exactly as ``qwen_vl_utils.fetch_image`` does (same rounding, same resampling),
-    so scores match the model card's ``process_vision_info`` path."""
+    so scores match the model card's ``process_vision_info`` path.
+
+    An extreme aspect ratio under a small budget (a 3000x20 strip at 4 vision tokens) makes
+    that rounding give a side of 0 pixels. Then the short side gets one patch (``factor``
+    pixels) and the long side as many patches as the budget leaves, which the model's image
+    processor keeps as it is.
+
+    Raises:
+        InvalidImageError: the aspect ratio exceeds 200 (what Qwen2.5-VL accepts).
+
+    Example:
+        >>> resize_for_model(Image.new("RGB", (3000, 20)), ImagePolicy(784, 4 * 784)).size
+        (112, 28)
+    """
     from qwen_vl_utils.vision_process import smart_resize
 
+    ratio = max(image.size) / min(image.size)
+    if ratio > MAX_ASPECT_RATIO:
+        raise InvalidImageError(
+            f"{name}: a {image.width}x{image.height} image has aspect ratio {ratio:.0f}:1; "
+            f"Qwen2.5-VL accepts at most {MAX_ASPECT_RATIO}:1. Crop or pad it."
+        )
     try:
         height, width = smart_resize(
             image.height,
@@ -168,6 +191,14 @@ def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image
         )
     except (ValueError, AssertionError) as err:
         raise InvalidImageError(f"{name}: cannot be resized for the model ({err}).") from None
+    if min(height, width) < policy.factor:
+        patches = max(1, policy.max_pixels // policy.factor**2)
+        long_side = policy.factor * patches
+        height, width = (
+            (policy.factor, long_side)
+            if image.width >= image.height
+            else (long_side, policy.factor)
+        )
     if (width, height) == image.size:
         return image
     return image.resize((width, height))

@@ -22,6 +22,8 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import LayoutError, PromptError
+from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
 from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
 from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
@@ -188,7 +190,14 @@ class PacoReward:
 
     # ------------------------------------------------------------------ primitive
     def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
-        return render_instruction(template if template is not None else self.template, prompt)
+        tpl = get_template(template if template is not None else self.template)
+        if not tpl.needs_prompt and isinstance(prompt, str) and prompt.strip():
+            raise PromptError(
+                f"Template {tpl.name!r} takes no prompt, so {prompt[:60]!r} would be ignored; "
+                "use a template with a '{prompt}' field (e.g. template='consistency' for a "
+                "theme) or pass no prompt."
+            )
+        return render_instruction(tpl, prompt)
 
     def _ordered_requests(
         self, pairs: Sequence[tuple[int, int, str]], symmetric: bool | None
@@ -329,20 +338,17 @@ class PacoReward:
         """Cut a grid image into panels (layout from ``layout`` or from the prompt, e.g.
         "2x2", "1x3", "2 ⨉ 3") and score all panel pairs. For a T2IS grid prompt the theme
         is the global description before the first panel marker."""
-        # Imported here: data_pipeline depends on paco_reward, not the other way round.
-        from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
-
         if layout is None:
             if prompt is None:
-                from paco_reward.errors import LayoutError
-
                 raise LayoutError(
                     "score_grid needs layout=(rows, cols) or a prompt that names one ('2x2')."
                 )
             layout = prompt
         rows, cols = parse_layout(layout)
         panels = split_grid(load_image(grid, "grid"), rows, cols)
-        theme = split_panel_prompts(prompt)[0] if prompt is not None else None
+        # The prompt may only name the layout; its theme goes to templates that take one.
+        needs_theme = get_template(template if template is not None else self.template).needs_prompt
+        theme = split_panel_prompts(prompt)[0] if prompt is not None and needs_theme else None
         return self.score_set(panels, theme, template=template, symmetric=symmetric)
 
     def rank(

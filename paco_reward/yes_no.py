@@ -110,7 +110,10 @@ def yes_probability_from_logprobs(
 ) -> float:
     """The same score from a ``{token text: log-probability}`` map (an OpenAI-style
     ``top_logprobs`` entry). Returns NaN when no yes/no variant is present: the caller
-    must treat that as a failed score, never as 0."""
+    must treat that as a failed score, never as 0 (the released PaCo-GRPO reward returns
+    0.0 there). The variants are the twelve in :data:`YES_VARIANTS` / :data:`NO_VARIANTS`;
+    the released ``canonicalize=True`` also counts any other token whose stripped,
+    lower-cased text is "yes"/"no" (e.g. ``"Yes\n"``)."""
     yes_words = YES_VARIANTS if canonical_yes_no else ("Yes",)
     no_words = NO_VARIANTS if canonical_yes_no else ("No",)
     yes = [lp for tok, lp in logprobs.items() if tok in yes_words]

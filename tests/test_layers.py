@@ -86,7 +86,7 @@ def test_importing_the_ground_floor_loads_nothing_above_it():
     code = (
         "import importlib, pkgutil, sys, paco_reward\n"
         "for m in pkgutil.walk_packages(paco_reward.__path__, 'paco_reward.'):\n"
-            "    importlib.import_module(m.name)\n"
+        "    importlib.import_module(m.name)\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('data_pipeline', 'paco_grpo')))\n"
         "assert not bad, bad\n"
     )

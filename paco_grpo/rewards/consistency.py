@@ -114,7 +114,7 @@ class ConsistencyReward(BaseReward):
         adapter: LoRA adapter on ``model`` (in-process).
         server_url: score through a server; its model list is checked here (fail fast).
         api_key: server bearer token.
-        layout: default layout when ``metadata`` has none (``None``: from the prompt).
+        layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         template: ``"consistency"`` (theme) or ``"criteria"``.
         symmetric: score both panel orders and average (position-bias control).
         **load_kwargs: for :func:`load_evaluator` (device, dtype, batch_size, timeout, ...).
@@ -133,7 +133,7 @@ class ConsistencyReward(BaseReward):
         adapter: str | None = None,
         server_url: str | None = None,
         api_key: str | None = None,
-        layout: str | None = "2x2",
+        layout: str | None = None,
         template: str = "consistency",
         symmetric: bool = False,
         **load_kwargs: Any,

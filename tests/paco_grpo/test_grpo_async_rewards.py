@@ -61,12 +61,17 @@ def test_async_scores_equal_sync_exactly_in_order():
     meta = [{}] * 4
     sync = [
         compute_rewards(
-            {"colour": PanelColourAgreementReward(), "slow_first": _SlowFirst()}, b, ["p"] * 4, meta
+            {"colour": PanelColourAgreementReward(layout="2x2"), "slow_first": _SlowFirst()},
+            b,
+            ["p"] * 4,
+            meta,
         ).scores
         for b in batches
     ]
     slow = _SlowFirst()
-    with AsyncRewardRunner({"colour": PanelColourAgreementReward(), "slow_first": slow}) as runner:
+    with AsyncRewardRunner(
+        {"colour": PanelColourAgreementReward(layout="2x2"), "slow_first": slow}
+    ) as runner:
         futures = [runner.submit(b, ["p"] * 4, meta) for b in batches]
         results = [f.result().scores for f in futures]
     for got, want in zip(results, sync):
@@ -92,7 +97,7 @@ def test_rewards_overlap_the_callers_work():
     assert waited < 0.05  # every batch was scored while the next was sampled
     assert total < 4 * 0.1 + 4 * 0.08 * 0.75  # far less than sampling + scoring in sequence
     assert all(r.seconds >= 0.08 for r in results)
-    expected = PanelColourAgreementReward()(batches[0], ["p"] * 4, [{}] * 4)
+    expected = PanelColourAgreementReward(layout="2x2")(batches[0], ["p"] * 4, [{}] * 4)
     np.testing.assert_array_equal(results[0].scores["known_cost"], expected)
 
 
@@ -152,7 +157,7 @@ def trainer(tmp_path_factory):
         },
     )
     rewards = {
-        "panel_colour_agreement": PanelColourAgreementReward(),
+        "panel_colour_agreement": PanelColourAgreementReward(layout="2x2"),
         "known_cost": KnownCostReward(0.005),
         "failing": _Failing(fail_on=-1),
     }

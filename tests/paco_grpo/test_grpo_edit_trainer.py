@@ -261,7 +261,7 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
         "dtype": "float32",
         "mixed_precision": "no",
         "rewards": {"panel_colour_agreement": 1.0},
-        "reward_kwargs": {},
+        "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},  # edits name no layout
         "tensorboard": False,
         "max_sequence_length": 32,
         "lora_rank": 4,
