@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # The lock: the versions every figure in the README and the notes was measured with.
 LOCK := constraints.txt
 
-.PHONY: test test-quick demo lint lock clean
+.PHONY: test test-quick demo lint lock llamafactory-check clean
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,19 @@ lock:
 	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK)
 	rm -rf .venv-lock
 
+# Peer check (not part of `make test`: LLaMA-Factory needs a venv of its own, ~6 GB):
+# LLaMA-Factory 0.9.5 trains on our export with recipes/llamafactory/paco_reward_lora.yaml and
+# tokenizes every prompt exactly as our scorer does.
+LF_VENV := .venv-llamafactory
+$(LF_VENV)/.installed-stamp:
+	test -x $(LF_VENV)/bin/python || $(PYTHON) -m venv $(LF_VENV)
+	$(LF_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LF_VENV)/bin/python -m pip install --quiet "llamafactory==0.9.5"
+	touch $@
+
+llamafactory-check: $(STAMP) $(LF_VENV)/.installed-stamp
+	$(PY) -m benchmarks.llamafactory_peer --llamafactory $(LF_VENV)/bin/llamafactory-cli
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -39,4 +52,4 @@ demo: $(STAMP)
 	$(PY) -m demo --output-dir demo_output
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) $(LF_VENV) demo_output .pytest_cache
