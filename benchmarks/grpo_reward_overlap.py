@@ -73,14 +73,14 @@ def _config(model: str, out: Path, args):
             "rewards": {"known_cost": 1.0},
             "aggregator": "weighted_sum",
             "max_sequence_length": 32,
-            "lora_rank": 8,
+            "lora_r": 8,
             "lora_alpha": 16,
-            "max_epochs": 1,
+            "num_train_epochs": 1,
             "prompts_per_epoch": args.prompts,
-            "group_size": args.group_size,
+            "num_generations": args.group_size,
             "sample_batch_size": args.batch_size,
-            "train_batch_size": args.group_size,
-            "tensorboard": False,
+            "per_device_train_batch_size": args.group_size,
+            "report_to": [],
             "num_sample_images": 0,
             "save_every": 0,
             "train": {
@@ -118,7 +118,7 @@ def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
     scores = {}
     for mode in ("sync", "async"):  # the same samples (same weights, same seed) in both modes
         trainer.config.async_rewards = mode == "async"
-        scores[mode] = trainer.sample_epoch(1)[1]["known_cost"]
+        scores[mode] = trainer.sample_epoch(1).rewards["known_cost"]
     identical = bool(np.array_equal(scores["sync"], scores["async"]))
 
     keys = {

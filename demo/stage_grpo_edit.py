@@ -36,12 +36,12 @@ def run(ctx: DemoContext) -> None:
         "prompt_file": str(prompts),
         "output_dir": str(out),
         "seed": ctx.seed,
-        "max_epochs": EPOCHS,
+        "num_train_epochs": EPOCHS,
         "rewards": weights,
         "aggregator": "log_tamed" if len(weights) > 1 else "weighted_sum",
         "save_every": 0,
         "test.every": 3,
-        "tensorboard": False,
+        "report_to": [],
     }
     config = GRPOConfig.from_yaml("recipes/grpo_kontext_tiny_cpu.yaml", overrides)
     trainer = GRPOTrainer(config, rewards=rewards)

@@ -1,6 +1,6 @@
 """``paco-grpo``: Flow-GRPO training from a YAML recipe.
 
-    paco-grpo train recipes/grpo_flux_t2is.yaml --max_epochs 50 --train.resolution 512
+    paco-grpo train recipes/grpo_flux_t2is.yaml --num_train_epochs 50 --train.resolution 512
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
 

@@ -146,12 +146,12 @@ def trainer(tmp_path_factory):
         {
             "model_name_or_path": str(flux),
             "output_dir": str(root / "out"),
-            "tensorboard": False,
+            "report_to": [],
             "prompts_per_epoch": 2,
-            "group_size": 4,
+            "num_generations": 4,
             "sample_batch_size": 2,
-            "train_batch_size": 8,
-            "num_inner_epochs": 1,
+            "per_device_train_batch_size": 8,
+            "num_iterations": 1,
             "num_sample_images": 0,
             "rewards": {"panel_colour_agreement": 1.0, "known_cost": 0.5, "failing": 0.0},
         },
@@ -166,9 +166,21 @@ def trainer(tmp_path_factory):
 
 def test_trainer_async_rewards_equal_sync_and_log_the_wait(trainer):
     trainer.config.async_rewards = False
-    samples_sync, sync, ids_sync, timings_sync = trainer.sample_epoch(0)
+    first = trainer.sample_epoch(0)
+    samples_sync, sync, ids_sync, timings_sync = (
+        first.samples,
+        first.rewards,
+        first.group_ids,
+        first.timings,
+    )
     trainer.config.async_rewards = True
-    samples_async, asynchronous, ids_async, timings_async = trainer.sample_epoch(0)
+    second = trainer.sample_epoch(0)
+    samples_async, asynchronous, ids_async, timings_async = (
+        second.samples,
+        second.rewards,
+        second.group_ids,
+        second.timings,
+    )
     assert ids_sync == ids_async and len(sync["known_cost"]) == 8
     for name in sync:
         np.testing.assert_array_equal(asynchronous[name], sync[name])
