@@ -509,8 +509,10 @@
     for (const r of p.annotators) {
       const tr = el("tr");
       tr.dataset.annotator = r.annotator;
+      const who = el("td", "", r.annotator);
+      if (!r.in_store) who.append(el("span", "muted small", " · from a ranking file"));
       tr.append(
-        el("td", "", r.annotator), el("td", "num", String(r.rankings)),
+        who, el("td", "num", String(r.rankings)),
         el("td", "num", pct(r.rankings, p.instances)), el("td", "num", fmt(r.median_seconds, 1)),
         el("td", "num", fmt(r.agreement_with_others)), el("td", "", ago(r.last)));
       rows.append(tr);
