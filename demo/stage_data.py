@@ -62,7 +62,7 @@ def annotate_hint(ctx: DemoContext, work: Path) -> None:
 
     from data_pipeline.annotate import AnnotateConfig, create_app
 
-    client = TestClient(create_app(AnnotateConfig(work, key_env="")))
+    client = TestClient(create_app(AnnotateConfig(work, key_env="")), base_url="http://127.0.0.1")
     view = client.get("/api/next", params={"annotator": "you"}).json()["instance"]
     assert view is not None and len(view["candidates"]) >= 2
     script = Path(sys.executable).with_name("paco-data")

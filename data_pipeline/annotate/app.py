@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from data_pipeline.annotate.config import AnnotateConfig
+from data_pipeline.annotate.config import AnnotateConfig, is_loopback
 from data_pipeline.annotate.routes import api, pages, public
 from data_pipeline.annotate.store import AnnotateError, AnnotationStore
 
@@ -37,6 +37,9 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -95,9 +98,26 @@ def create_app(config: AnnotateConfig, store: AnnotationStore | None = None) -> 
         logger.exception("%s %s failed", request.method, request.url.path)
         return _error(500, "The server failed on this request; its log says why.", "internal")
 
+    loopback_only = is_loopback(config.host)
+
     @app.middleware("http")
-    async def _headers(request: Request, call_next):
-        response = await call_next(request)
+    async def _guard(request: Request, call_next):
+        # Bound to this machine, only this machine's names may address the server: a web
+        # page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) cannot read panels.
+        host = (request.url.hostname or "").strip("[]").lower()
+        if loopback_only and host not in LOOPBACK_NAMES:
+            logger.warning("refused request for host %r", request.headers.get("host"))
+            response = _error(400, "This server answers requests to 127.0.0.1 only.", "bad_host")
+        # JSON only: a form or text/plain POST from another site (no CORS preflight) cannot
+        # store a ranking in someone's name.
+        elif request.method == "POST" and not request.headers.get("content-type", "").startswith(
+            "application/json"
+        ):
+            response = _error(
+                415, "Send JSON (Content-Type: application/json); nothing was stored.", "not_json"
+            )
+        else:
+            response = await call_next(request)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response

@@ -1,6 +1,7 @@
 """Configuration of ``paco-data annotate``.
 
->>> AnnotateConfig("runs/work", annotator="alice").url()
+>>> import tempfile
+>>> AnnotateConfig(tempfile.gettempdir(), annotator="alice").url()
 'http://127.0.0.1:8765/?annotator=alice'
 """
 
@@ -82,6 +83,11 @@ class AnnotateConfig:
 
     def __post_init__(self) -> None:
         self.work_dir = Path(self.work_dir)
+        if not self.work_dir.is_dir():
+            raise ValueError(
+                f"work folder {str(self.work_dir)!r} does not exist; give the folder the "
+                "pipeline's stages write to (the one with instances.jsonl)."
+            )
         if self.annotator is not None:
             check_annotator(self.annotator)
         if not 0 < self.port < 65536:

@@ -37,7 +37,11 @@ CHROMIUM_FLAGS = (
     "--hide-scrollbars",
     "--force-device-scale-factor=1",
     "--window-size=1280,900",
+    "--force-prefers-reduced-motion",  # no CSS transitions: screenshots show settled pages
 )
+
+
+LOCAL = "http://127.0.0.1"
 
 
 def make_work(root: Path, n_prompts: int = 3, rule: str = "other_grid", panel_size: int = 96):
@@ -71,7 +75,8 @@ def client_for():
 
     def make(work_dir, **kwargs):
         kwargs.setdefault("key_env", "")
-        return TestClient(create_app(AnnotateConfig(work_dir, **kwargs)))
+        # The app answers only requests addressed to this machine's own names.
+        return TestClient(create_app(AnnotateConfig(work_dir, **kwargs)), base_url=LOCAL)
 
     return make
 

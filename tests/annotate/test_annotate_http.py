@@ -404,3 +404,52 @@ def test_copy_of_work_folder_serves_its_own_panels(work, client_for, tmp_path):
     assert image.status_code == 200 and image.headers["content-type"] == "image/png"
     path = moved / read_instances(moved)[0]["reference"]["path"]
     assert image.content == path.read_bytes()
+
+
+def test_requests_from_other_sites_are_refused(work, client_for):
+    """A page on another site cannot post rankings (no JSON without a CORS preflight, which
+    the app does not grant) nor read panels through a rebound DNS name."""
+    from fastapi.testclient import TestClient
+
+    client = client_for(work)
+    first = read_instances(work)[0]
+    body = json.dumps(
+        {
+            "annotator": "alice",
+            "instance_id": first["instance_id"],
+            "ranking": [[i] for i in ids_of(first)],
+        }
+    )
+    before = snapshot(work)
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        response = client.post(
+            "/api/rankings", content=body, headers={"Content-Type": content_type}
+        )
+        assert_refused(response, 415, "not_json", work)
+    preflight = client.options(
+        "/api/rankings",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in preflight.headers
+    assert snapshot(work) == before
+
+    rebound = TestClient(client.app, base_url="http://evil.example:8765")
+    for url in ("/", "/api/next?annotator=alice", "/api/progress"):
+        assert_refused(rebound.get(url), 400, "bad_host", work)
+    assert_refused(rebound.post("/api/rankings", content=body, headers={"Content-Type": "application/json"}), 400, "bad_host", work)  # fmt: skip
+    assert snapshot(work) == before
+    assert TestClient(client.app, base_url="http://localhost:8765").get("/").status_code == 200
+
+    # On a LAN the machine's own address is not known in advance: any Host, with the key.
+    lan = client_for(work, host="0.0.0.0", key="team-key-4711")
+    lan = TestClient(lan.app, base_url="http://192.168.1.20:8765")
+    assert lan.get("/").status_code == 200
+    assert_refused(lan.get("/api/progress"), 401, "bad_key", work)
+    assert lan.get("/api/progress", headers={"X-Annotate-Key": "team-key-4711"}).status_code == 200
+
+
+def test_work_folder_must_exist(tmp_path):
+    from data_pipeline.annotate import AnnotateConfig
+
+    with pytest.raises(ValueError, match="does not exist"):
+        AnnotateConfig(tmp_path / "typo")

@@ -366,7 +366,7 @@
       annotator: state.annotator,
       instance_id: view.instance_id,
       ranking: state.ranking.map((g) => g.map((i) => view.candidates[i].id)),
-      seconds: Math.round((performance.now() - state.started) / 100) / 10,
+      seconds: Math.min(86400, Math.round((performance.now() - state.started) / 100) / 10),
     };
     try {
       const res = await api("/api/rankings", { method: "POST", body: JSON.stringify(body) });
