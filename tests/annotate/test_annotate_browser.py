@@ -121,11 +121,29 @@ def test_rank_with_keyboard_and_mouse_survive_kill_then_pairs(tmp_path, annotate
     lines = (work / "instances.jsonl").read_text().splitlines()
     instances = {json.loads(line)["instance_id"]: json.loads(line) for line in lines}
     order = list(instances)
-    server = annotate_server(work, "--annotator", "alice")
     driver = browser
 
+    # Started before stage 3 ran, then with a panel file missing: messages on the page.
+    (work / "instances.jsonl").rename(tmp_path / "instances.aside")
+    server = annotate_server(work, "--annotator", "alice")
     driver.get(f"{server.url}/")
+    WebDriverWait(driver, 15).until(lambda d: message(d)[0] == "error")
+    assert "paco-data instances" in message(driver)[1]
+    (tmp_path / "instances.aside").rename(work / "instances.jsonl")
+    panel = work / instances[order[0]]["candidates"][2]["path"]
+    panel.rename(tmp_path / "panel.aside")
+    driver.refresh()
     wait_instance(driver, order[0])
+    assert message(driver)[0] == "error" and "missing from the work folder" in message(driver)[1]
+    WebDriverWait(driver, 10).until(
+        lambda d: (
+            "broken" in d.find_elements(By.CSS_SELECTOR, ".candidate")[2].get_attribute("class")
+        )
+    )
+    (tmp_path / "panel.aside").rename(panel)
+    driver.refresh()
+    wait_instance(driver, order[0])
+    assert message(driver) == ("info", "")
     assert driver.find_element(By.ID, "annotator-name").text == "alice"
     assert len(driver.find_elements(By.CSS_SELECTOR, "#candidates .candidate")) == 4
     assert "instance 1 of 144" in driver.find_element(By.ID, "position").text
