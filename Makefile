@@ -7,13 +7,35 @@ STAMP := $(VENV)/.installed-stamp
 # The lock: the versions every figure in the README and the notes was measured with.
 LOCK := constraints.txt
 
-.PHONY: test test-quick demo lint lock llamafactory-check clean
+# The browser tests drive Debian's Chromium through its chromedriver (Playwright's own browser
+# download is not reachable from every machine). Installed once when missing.
+BROWSER_STAMP := $(VENV)/.browser-stamp
+CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
+CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
+
+.PHONY: test test-quick demo lint lock llamafactory-check clean browser
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
 	touch $(STAMP)
+
+browser: $(BROWSER_STAMP)
+
+$(BROWSER_STAMP):
+	@if [ -x "$(CHROMIUM)" ] && [ -x "$(CHROMEDRIVER)" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  echo "installing chromium and chromium-driver (apt) for the browser tests"; \
+	  $$SUDO apt-get update -q && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	else \
+	  echo "The browser tests need Chromium and chromedriver; install them (Debian/Ubuntu:" \
+	       "chromium chromium-driver) or set PACO_CHROMIUM and PACO_CHROMEDRIVER." >&2; \
+	  exit 1; \
+	fi
+	@mkdir -p $(VENV) && touch $@
 
 # Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
 # then re-measure the figures the README and notes quote.
@@ -42,7 +64,7 @@ llamafactory-check: $(STAMP) $(LF_VENV)/.installed-stamp
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) lint
+test: $(STAMP) $(BROWSER_STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 test-quick: $(STAMP)

@@ -5,7 +5,8 @@ Every step reads and writes a *work folder*; each is resumable and safe to re-ru
     paco-data prompts   WORK --input train_metadata.jsonl
     paco-data grids     WORK --from GRIDS_DIR            # or --pipeline FLUX_DIR --seeds 0 1 2 3
     paco-data instances WORK [--rule other_grid]
-    paco-data rankings  WORK RANKINGS.jsonl [...] [--method borda]
+    paco-data annotate  WORK [--annotator NAME] [--port 8765]   # rank instances in a browser
+    paco-data rankings  WORK [RANKINGS.jsonl ...] [--method borda]
     paco-data pairs     WORK [--top-k 1 --bottom-k 1] [--edit-pairs EDITS.jsonl]
     paco-data reasons   WORK --teacher openai --base-url URL --model NAME
     paco-data export    WORK [--out DIR] [--test-fraction 0.1]
@@ -20,6 +21,7 @@ Every step reads and writes a *work folder*; each is resumable and safe to re-ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -84,6 +86,19 @@ def _cmd_rankings(args) -> int:
     out = ingest_rankings(args.work_dir, list(args.rankings), method=args.method)
     agreement = json.loads((Path(args.work_dir) / AGREEMENT_FILE).read_text())
     print(f"rankings -> {out}\nagreement: {json.dumps(agreement)}")
+    return 0
+
+
+def _cmd_annotate(args) -> int:
+    from data_pipeline.annotate import AnnotateConfig, serve
+
+    names = ("annotator", "host", "port", "key", "key_env", "log_level")
+    config = AnnotateConfig(
+        work_dir=args.work_dir, **{k: getattr(args, k) for k in names if hasattr(args, k)}
+    )
+    print(f"annotate: open {config.url()} (Ctrl+C stops; every submitted ranking is on disk)")
+    sys.stdout.flush()
+    serve(config)
     return 0
 
 
@@ -271,8 +286,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shuffle", action="store_true", help="shuffle candidate order (seeded)")
 
+    p = add("annotate", _cmd_annotate, "stage 4 by hand: rank the instances in a browser")
+    from data_pipeline.annotate.config import AnnotateConfig
+
+    # Only the options given reach AnnotateConfig; its fields hold the defaults and the help.
+    help_of = {f.name: f.metadata["help"] for f in dataclasses.fields(AnnotateConfig)}
+    for name, kind in (("annotator", str), ("host", str), ("port", int), ("key", str),
+                       ("key_env", str), ("log_level", str)):  # fmt: skip
+        p.add_argument(
+            f"--{name.replace('_', '-')}", type=kind, default=argparse.SUPPRESS, help=help_of[name]
+        )
+
     p = add("rankings", _cmd_rankings, "stage 4: ingest and merge rankings")
-    p.add_argument("rankings", type=Path, nargs="+", help="ranking JSONL file(s)")
+    p.add_argument(
+        "rankings",
+        type=Path,
+        nargs="*",
+        help="ranking JSONL file(s); the work folder's annotations.jsonl is always merged too",
+    )
     p.add_argument("--method", default="borda", choices=["borda", "majority"])
 
     p = add("pairs", _cmd_pairs, "stage 5: rankings -> Yes/No pairs")

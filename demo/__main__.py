@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> None:
         importlib.import_module(f"demo.stage_{name}").run(ctx)
         print(f"##### stage {name} done in {time.perf_counter() - start:.1f}s")
     print(f"\nDemo finished; artifacts in {args.output_dir}/")
+    if "annotate_command" in ctx.artifacts:
+        print(f"Rank the demo's instances in your browser: {ctx.artifacts['annotate_command']}")
 
 
 if __name__ == "__main__":
