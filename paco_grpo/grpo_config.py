@@ -21,9 +21,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+from paco_reward.command_line import apply_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +192,8 @@ class EvalSection:
 @dataclass
 class GRPOConfig:
     """Configuration of :class:`paco_grpo.grpo_trainer.GRPOTrainer` (one recipe = one config)."""
+
+    RENAMED_FIELDS: ClassVar[dict[str, str]]  # earlier names -> current ones (set below)
 
     # ---- model
     model_name_or_path: str = field(
@@ -523,14 +526,7 @@ class GRPOConfig:
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a recipe must be a YAML mapping of config fields.")
-        for key, value in (overrides or {}).items():
-            target = data
-            *parents, leaf = key.split(".")
-            for parent in parents:
-                target = target.setdefault(parent, {})
-                if not isinstance(target, dict):
-                    raise ValueError(f"override {key!r}: {parent!r} is not a section.")
-            target[leaf] = value
+        data = apply_overrides(data, overrides or {})
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -561,6 +557,9 @@ RENAMED = {
     "ema": "use_ema",
     "test.batch_size": "per_device_eval_batch_size",
 }
+
+
+GRPOConfig.RENAMED_FIELDS = RENAMED
 
 
 def _from_dict(cls, data: dict[str, Any], prefix: str):

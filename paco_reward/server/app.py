@@ -22,6 +22,7 @@ stops the server.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
@@ -111,8 +112,11 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     Args:
         backend: a :class:`~paco_reward.local_backend.LocalBackend` (its ``batch_size`` is the
             forward-pass chunk; set it to ``config.max_batch_size`` for one pass per batch).
-        config: limits, batching and the optional API key.
+        config: limits, batching and the optional API key (``served_model_name=None``: the
+            backend's name).
     """
+    if config.served_model_name is None:
+        config = dataclasses.replace(config, served_model_name=backend.name)
     batcher = MicroBatcher(
         backend,
         max_batch_size=config.max_batch_size,
@@ -134,7 +138,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await batcher.start()
-        logger.info("serving %r (max batch %d)", config.model_name, config.max_batch_size)
+        logger.info("serving %r (max batch %d)", config.served_model_name, config.max_batch_size)
         yield
         await batcher.stop()
 
@@ -187,10 +191,10 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
         if not isinstance(body, dict):
             raise RequestError(f"request body must be a JSON object; got {type(body).__name__}.")
         model = body.get("model")
-        if model != config.model_name:
+        if model != config.served_model_name:
             raise RequestError(
                 f"The model `{model}` does not exist. This server serves "
-                f"{config.model_name!r} (see /v1/models).",
+                f"{config.served_model_name!r} (see /v1/models).",
                 status=404,
                 code="model_not_found",
             )
@@ -266,7 +270,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     async def health() -> dict:
         return {
             "status": "ok",
-            "model": config.model_name,
+            "model": config.served_model_name,
             "queued_pairs": batcher.queued_pairs,
             "batching": batcher.stats.as_dict(),
         }
@@ -275,7 +279,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     async def models(request: Request) -> dict:
         authorize(request)
         entry = {
-            "id": config.model_name,
+            "id": config.served_model_name,
             "object": "model",
             "created": created,
             "owned_by": "paco-rl",
@@ -353,7 +357,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": config.model_name,
+            "model": config.served_model_name,
             "choices": [
                 {
                     "index": 0,
@@ -416,7 +420,7 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
             scores = (scores[: len(pairs)] + scores[len(pairs) :]) / 2.0
         return {
             "object": "paco.score",
-            "model": config.model_name,
+            "model": config.served_model_name,
             "template": template.name,
             "template_text": template.text,
             "symmetric": symmetric,

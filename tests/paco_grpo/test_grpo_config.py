@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from paco_grpo.cli import main, parse_overrides
+from paco_grpo.cli import main
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
 
 BASE = {
@@ -150,26 +150,31 @@ def test_validation_errors_name_the_value(overrides, match):
         GRPOConfig.from_dict({**BASE, **overrides})
 
 
-def test_parse_overrides():
-    assert parse_overrides(
-        ["--train.resolution", "256", "--rewards={a: 1.0}", "--num-train-epochs", "3"]
-    ) == {
-        "train.resolution": 256,
-        "rewards": {"a": 1.0},
-        "num_train_epochs": 3,
-    }
-    with pytest.raises(ValueError, match="Expected an override like"):
-        parse_overrides(["num_train_epochs", "3"])
-    with pytest.raises(ValueError, match="Override --seed has no value"):
-        parse_overrides(["--seed"])
+def test_command_line_flags_are_config_fields():
+    from paco_reward.command_line import parse_config
+
+    cfg = parse_config(
+        GRPOConfig,
+        ["recipes/grpo_tiny_cpu.yaml", "--train.resolution", "256", "--rewards={clip_t: 1.0}",
+         "--num-train-epochs", "3", "--train.noise_steps", "0", "1", "--no_use_ema"],
+        recipe=True,
+    )  # fmt: skip
+    assert (cfg.train.resolution, cfg.num_train_epochs, cfg.train.noise_steps) == (256, 3, [0, 1])
+    assert cfg.rewards == {"clip_t": 1.0} and cfg.use_ema is False  # a mapping replaces
 
 
 def test_cli_reports_config_errors(capsys):
-    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--num_generations", "1"]) == 2
-    assert "num_generations must be >= 2" in capsys.readouterr().err
+    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--num_generations", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "num_generations must be >= 2" in err and "Traceback" not in err
+    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--max_epochs", "1"]) == 1
+    assert "'max_epochs' is now 'num_train_epochs'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
+        main(["train", "recipes/grpo_tiny_cpu.yaml", "--lerning_rate", "1"])
+    assert usage.value.code == 2
     # the paper recipe's rewards are built at start-up: offline, the evaluator cannot load,
     # and the run stops before any pipeline loads, naming the reward and the fix
-    assert main(["train", "recipes/grpo_flux_t2is.yaml"]) == 2
+    assert main(["train", "recipes/grpo_flux_t2is.yaml"]) == 1
     err = capsys.readouterr().err
     assert "reward 'consistency' could not load its model" in err
     assert "reward_kwargs.consistency.model" in err

@@ -248,7 +248,7 @@ def test_header_parsers_read_real_files():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"model_name": " "}, "model_name must be a non-empty string"),
+        ({"served_model_name": " "}, "served_model_name must be a non-empty string"),
         ({"api_key": ""}, "api_key must be a non-empty string or None"),
         ({"max_batch_size": 0}, "max_batch_size must be >= 1; got 0"),
         ({"max_wait_ms": -1}, "max_wait_ms must be >= 0; got -1"),
@@ -257,7 +257,7 @@ def test_header_parsers_read_real_files():
 )
 def test_server_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        ServerConfig(**{"model_name": "m", **kwargs})
+        ServerConfig(**{"served_model_name": "m", **kwargs})
 
 
 @pytest.mark.parametrize(
