@@ -22,9 +22,9 @@ from paco_reward import PacoReward
 from paco_reward.images import load_image
 from paco_reward.training import PacoSFTConfig
 from paco_reward.training.cli import run_training
+from paco_reward.training.loading import load_pair_dataset_dict
 from paco_reward.training.metrics import decision_metrics, roc_auc
 from paco_reward.training.sft_config import TOY_DATASET
-from paco_reward.training.sft_trainer import load_pair_dataset_dict
 
 
 def _pixel_similarity(rows) -> np.ndarray:

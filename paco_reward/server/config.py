@@ -62,7 +62,9 @@ class ServerConfig:
         if self.served_model_name is not None and (
             not isinstance(self.served_model_name, str) or not self.served_model_name.strip()
         ):
-            raise ValueError(f"served_model_name must be a non-empty string; got {self.served_model_name!r}.")
+            raise ValueError(
+                f"served_model_name must be a non-empty string; got {self.served_model_name!r}."
+            )
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must be a non-empty string or None (no authentication).")
         for name in (

@@ -41,11 +41,11 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()):
 def run_training(config) -> dict[str, Any]:
     """Train as ``config`` says, save weights + processor + model card to ``output_dir``
     (and ``output_dir/merged`` when ``save_merged``); returns the final held-out metrics."""
+    from paco_reward.training.loading import build_trainer
     from paco_reward.training.merge import merge_lora
     from paco_reward.training.model_card import recipe_dict, write_model_card
-    from paco_reward.training.sft_trainer import PacoSFTTrainer
 
-    trainer = PacoSFTTrainer(args=config)
+    trainer = build_trainer(config)
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     output_dir = Path(config.output_dir)
     trainer.save_model(str(output_dir))

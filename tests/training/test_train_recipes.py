@@ -10,8 +10,8 @@ import torch
 import yaml
 
 from paco_reward.training.cli import load_recipe
+from paco_reward.training.loading import build_trainer
 from paco_reward.training.metrics import decision_metrics, roc_auc
-from paco_reward.training.sft_trainer import PacoSFTTrainer
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -53,7 +53,7 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
             "true",
         ],
     )
-    trainer = PacoSFTTrainer(args=cfg)
+    trainer = build_trainer(cfg)
     lora = trainer.model.peft_config["default"]
     assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (32, 64, 0.0)
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
