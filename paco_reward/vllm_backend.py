@@ -135,6 +135,12 @@ class VLLMBackend:
             name=f"vllm:{Path(str(path_or_id)).name}",
         )
 
+    def close(self) -> None:
+        """Shut the engine down now (its processes and memory), not at interpreter exit."""
+        engine_core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if engine_core is not None:
+            engine_core.shutdown()
+
     # ------------------------------------------------------------------ requests
     def _prompt(self, images: Sequence[Image.Image], instruction: str) -> dict:
         if instruction not in self._prompts:
