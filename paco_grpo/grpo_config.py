@@ -339,7 +339,7 @@ class GRPOConfig:
     reward_kwargs: dict[str, dict] = field(
         default_factory=dict,
         metadata={
-            "help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}} or {consistency: {model: SERVED_NAME, server_url: 'http://host:8000/v1'}}; see paco_grpo.rewards."
+            "help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}} or {consistency: {model: SERVED_NAME, server_url: 'http://host:8000/v1'}} (server_url may list replicas); see paco_grpo.rewards."
         },
     )
     async_rewards: bool = field(

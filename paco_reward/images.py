@@ -132,13 +132,34 @@ class ImagePolicy:
     def from_processor(
         cls, processor, min_pixels: int | None = None, max_pixels: int | None = None
     ) -> ImagePolicy:
-        """The policy of a Qwen2.5-VL processor, optionally with a tighter/looser budget."""
-        image_processor = processor.image_processor
+        """The policy of a Qwen2.5-VL processor (or its image processor), optionally with a
+        tighter/looser budget."""
+        image_processor = getattr(processor, "image_processor", processor)
         size = image_processor.size
         return cls(
             min_pixels=min_pixels or size["shortest_edge"],
             max_pixels=max_pixels or size["longest_edge"],
             factor=image_processor.patch_size * image_processor.merge_size,
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | os.PathLike,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+    ) -> ImagePolicy:
+        """The policy of a model folder's (or hub id's) image processor, as
+        ``AutoImageProcessor.from_pretrained`` reads it: only its small config is loaded.
+
+        Example:
+            >>> ImagePolicy.from_pretrained("X-GenGroup/PaCo-Reward-7B").max_pixels  # doctest: +SKIP
+            12845056
+        """
+        from transformers import AutoImageProcessor
+
+        return cls.from_processor(
+            AutoImageProcessor.from_pretrained(str(path_or_id)), min_pixels, max_pixels
         )
 
     @property

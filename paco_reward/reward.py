@@ -114,6 +114,7 @@ class PacoReward:
         device=None,
         dtype=None,
         *,
+        backend: str = "transformers",
         batch_size: int = 8,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
@@ -126,14 +127,42 @@ class PacoReward:
 
         Args:
             path_or_id: a local folder or hub id of a Qwen2.5-VL model.
-            adapter: optional PEFT LoRA folder/id applied on top (merged for speed).
-            device: defaults to CUDA when available, else CPU.
+            adapter: optional PEFT LoRA folder/id applied on top (merged for speed;
+                transformers backend only).
+            device: defaults to CUDA when available, else CPU (transformers backend only).
             dtype: defaults to bfloat16 on CUDA, float32 on CPU.
-            batch_size: pairs per forward pass (and images per vision pass).
+            backend: ``"transformers"`` (default) or ``"vllm"`` (``vllm.LLM`` in-process,
+                exact, same scores; needs ``pip install 'paco-rl[vllm]'``; ``model_kwargs``
+                then go to ``vllm.LLM``).
+            batch_size: pairs per forward pass (and images per vision pass); vLLM batches a
+                whole call itself.
             canonical_yes_no: sum every case/space variant of Yes/No (default) or use
                 only the exact "Yes"/"No" tokens as the model card does.
             min_pixels / max_pixels: image pixel budget; defaults to the processor's.
+
+        Example:
+            >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", backend="vllm")  # doctest: +SKIP
         """
+        if backend == "vllm":
+            if adapter is not None or device is not None:
+                raise ValueError(
+                    "backend='vllm' takes a merged model folder and picks its own device: merge "
+                    f"the adapter first (paco-reward merge) and drop device= (got adapter="
+                    f"{adapter!r}, device={device!r})."
+                )
+            from paco_reward.vllm_backend import VLLMBackend
+
+            scorer = VLLMBackend.from_pretrained(
+                path_or_id,
+                dtype=dtype,
+                canonical_yes_no=canonical_yes_no,
+                min_pixels=min_pixels,
+                max_pixels=max_pixels,
+                **model_kwargs,
+            )
+            return cls(scorer, template=template, symmetric=symmetric)
+        if backend != "transformers":
+            raise ValueError(f"backend must be 'transformers' or 'vllm'; got {backend!r}.")
         from paco_reward.local_backend import LocalBackend
 
         backend = LocalBackend.from_pretrained(
@@ -152,7 +181,7 @@ class PacoReward:
     @classmethod
     def from_server(
         cls,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         api_key: str | None = None,
         *,
@@ -164,15 +193,20 @@ class PacoReward:
         symmetric: bool = False,
         **backend_kwargs,
     ) -> PacoReward:
-        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``).
+        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``),
+        or a list of replicas serving the same model (requests are spread over them; a
+        replica that dies is left out, and a call fails only when all are down).
 
-        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`. Checks at once that
-        the server serves ``model`` (:class:`~paco_reward.errors.RewardServerError` otherwise).
-        ``backend_kwargs`` go to :class:`~paco_reward.remote_backend.RemoteBackend`
-        (``image_format``, ``top_logprobs``, ``yes_no_token_ids``, ``tokenizer``, ...).
+        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`, with exact scores
+        by default (the yes/no token ids and the image budget are found from the server).
+        Checks at once that the server serves ``model``
+        (:class:`~paco_reward.errors.RewardServerError` otherwise). ``backend_kwargs`` go to
+        :class:`~paco_reward.remote_backend.RemoteBackend` (``image_format``, ``tokenizer``,
+        ``image_policy``, ``exact_yes_no``, ``replica_cooldown``, ...).
 
         Example:
             >>> rm = PacoReward.from_server("http://127.0.0.1:8000/v1", model="PaCo-Reward-7B")  # doctest: +SKIP
+            >>> rm = PacoReward.from_server(["http://h1:8000/v1", "http://h2:8000/v1"], model="PaCo-Reward-7B")  # doctest: +SKIP
         """
         from paco_reward.remote_backend import RemoteBackend
 
