@@ -44,7 +44,6 @@ import base64
 import io
 import logging
 import math
-import random
 import ssl
 import threading
 import time
@@ -60,6 +59,7 @@ from PIL import Image
 
 from paco_reward.errors import LogprobTokenIdsIgnoredError, RewardServerError
 from paco_reward.images import ImagePolicy, image_hash
+from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
 from paco_reward.templates import build_messages
 from paco_reward.yes_no import YesNoTokens, yes_no_words, yes_probability_from_logprobs
 
@@ -68,7 +68,6 @@ logger = logging.getLogger(__name__)
 # (index of first image, index of second image, instruction text)
 PairRequest = tuple[int, int, str]
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 IMAGE_FORMATS = ("png", "jpeg")
 
 
@@ -102,14 +101,6 @@ class _ScoreCache:
 
     def __len__(self) -> int:
         return len(self._data)
-
-
-class _RetryableError(Exception):
-    """A transient failure (connection error, 429, 5xx); ``retry_after`` is the server's hint."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class _Replica:
@@ -200,8 +191,6 @@ class RemoteBackend:
             raise ValueError(f"base_url lists a replica twice: {urls!r}.")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}.")
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0; got {retries}.")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds; got {timeout}.")
         if not 0 <= top_logprobs <= 20:
@@ -221,9 +210,8 @@ class RemoteBackend:
         self.name = f"remote:{model}"
         self.max_concurrency = max_concurrency
         self.timeout = timeout
+        self.retry_policy = RetryPolicy(retries, backoff, max_backoff, seed)
         self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.top_logprobs = top_logprobs
         self.image_format = image_format
         self.canonical_yes_no = canonical_yes_no
@@ -231,7 +219,6 @@ class RemoteBackend:
         self.missing_yes_no = 0  # pairs scored NaN because no yes/no token was returned
         self.requests_sent = 0
         self.retries_done = 0
-        self._rng = random.Random(seed)
         self._stats_lock = threading.Lock()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # One TLS context for every client: building one costs ~20 ms (certifi's bundle).
@@ -279,7 +266,7 @@ class RemoteBackend:
                 continue
             try:
                 self._model_entry(self._send_sync("GET", "/models", None, only=replica), replica)
-            except _RetryableError as err:
+            except TransientError as err:
                 logger.warning(
                     "Replica %s does not answer (%s); it is left out for now and retried "
                     "after %.0fs.",
@@ -498,12 +485,9 @@ class RemoteBackend:
         except (ValueError, KeyError, TypeError):
             detail = response.text[:300]
         if status in RETRY_STATUS:
-            retry_after = response.headers.get("retry-after")
-            try:
-                hint = float(retry_after) if retry_after is not None else None
-            except ValueError:
-                hint = None
-            raise _RetryableError(f"HTTP {status}: {detail}", retry_after=hint)
+            raise TransientError(
+                f"HTTP {status}: {detail}", retry_after=retry_after_seconds(response.headers)
+            )
         if status == 404 and "model" in detail.lower():
             raise RewardServerError(
                 f"The reward server at {self._where} does not serve model {self.model!r} "
@@ -590,7 +574,7 @@ class RemoteBackend:
                 continue
             self._answered(replica)
             return self._raise_for_status(response, path)
-        raise _RetryableError("; ".join(errors))
+        raise TransientError("; ".join(errors))
 
     async def _send_async(self, client: httpx.AsyncClient, path: str, payload: dict) -> dict:
         """:meth:`_send_sync` for a POST on an async client."""
@@ -604,48 +588,41 @@ class RemoteBackend:
                 continue
             self._answered(replica)
             return self._raise_for_status(response, path)
-        raise _RetryableError("; ".join(errors))
+        raise TransientError("; ".join(errors))
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        delay = min(self.max_backoff, self.backoff * 2**attempt)
-        delay = self._rng.uniform(delay / 2, delay)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff))
-        return delay
-
-    def _exhausted(self, what: str, err: _RetryableError) -> RewardServerError:
+    def _exhausted(self, what: str, err: TransientError) -> RewardServerError:
         return RewardServerError(
             f"The reward server at {self._where} (model {self.model!r}) failed {what} after "
             f"{self.retries + 1} attempts: {err}. Check that the server is running and reachable, "
             "or raise retries=/timeout=."
         )
 
+    def _on_retry(self, what: str):
+        def log(attempt: int, err: BaseException, delay: float) -> None:
+            self._count("retries_done")
+            logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt, delay)
+
+        return log
+
     def _with_retries_sync(self, send, what: str) -> dict:
-        for attempt in range(self.retries + 1):
-            try:
-                return send()
-            except _RetryableError as err:
-                if attempt == self.retries:
-                    raise self._exhausted(what, err) from None
-                delay = self._delay(attempt, err.retry_after)
-                self._count("retries_done")
-                logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-                time.sleep(delay)
+        """``send()`` under the retry policy (:mod:`paco_reward.retry`)."""
+        try:
+            for attempt in self.retry_policy.retrying(self._on_retry(what)):
+                with attempt:
+                    return send()
+        except TransientError as err:
+            raise self._exhausted(what, err) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _with_retries_async(
         self, client: httpx.AsyncClient, payload: dict, what: str
     ) -> dict:
-        for attempt in range(self.retries + 1):
-            try:
-                return await self._send_async(client, "/chat/completions", payload)
-            except _RetryableError as err:
-                if attempt == self.retries:
-                    raise self._exhausted(what, err) from None
-                delay = self._delay(attempt, err.retry_after)
-                self._count("retries_done")
-                logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-                await asyncio.sleep(delay)
+        try:
+            async for attempt in self.retry_policy.async_retrying(self._on_retry(what)):
+                with attempt:
+                    return await self._send_async(client, "/chat/completions", payload)
+        except TransientError as err:
+            raise self._exhausted(what, err) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ scoring
