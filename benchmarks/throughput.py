@@ -11,12 +11,14 @@ reports pairs/s for each and the speed-up over the snippet loop.
 
 from __future__ import annotations
 
-import argparse
 import statistics
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -24,7 +26,25 @@ from PIL import Image
 
 from benchmarks.model_card_snippet import ModelCardScorer
 from paco_reward import PacoReward
+from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.templates import render_instruction
+
+
+@dataclass
+class ThroughputArguments:
+    """Scoring throughput: the model card's one-pair loop vs score_pairs vs score_grid."""
+
+    model: str | None = config_field(None, help="Model folder (default: build a tiny random one).")
+    config: Literal["tiny", "7b"] = config_field(
+        "tiny", help="Shape of the built model ('7b': random weights, real 7B shape; GPU)."
+    )
+    panel_size: int = config_field(256, help="Panel side in pixels.")
+    min_pixels: int = config_field(4 * 28 * 28, help="Image budget (min) of the built model.")
+    max_pixels: int = config_field(16 * 28 * 28, help="Image budget (max) of the built model.")
+    rounds: int = config_field(5, help="Interleaved timing rounds.")
+    batch_size: int = config_field(8, help="PacoReward pairs per forward.")
+    device: str | None = config_field(None, help="torch device (default: cuda if available).")
+    dtype: str | None = config_field(None, help="torch dtype (default: bf16 on GPU).")
 
 
 def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.Image]]:
@@ -39,7 +59,7 @@ def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.I
     return grid, panels
 
 
-def build_model(args, workdir: Path) -> Path:
+def build_model(args: ThroughputArguments, workdir: Path) -> Path:
     if args.model:
         return Path(args.model)
     from paco_reward.testing import build_tiny_model
@@ -51,21 +71,8 @@ def build_model(args, workdir: Path) -> Path:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="model folder (default: build a tiny random one)")
-    parser.add_argument(
-        "--config", choices=["tiny", "7b"], default="tiny", help="shape of the built model"
-    )
-    parser.add_argument("--panel-size", type=int, default=256, help="panel side in pixels")
-    parser.add_argument("--min-pixels", type=int, default=4 * 28 * 28)
-    parser.add_argument("--max-pixels", type=int, default=16 * 28 * 28)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--dtype", default=None)
-    args = parser.parse_args(argv)
-
+def run(args: ThroughputArguments) -> int:
+    """Time the three scoring paths as ``args`` say and print the table."""
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(args, Path(tmp))
         rm = PacoReward.from_pretrained(
@@ -119,7 +126,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{name:26s} {len(pairs) / median:10.1f} {base_median / median:8.2f}x "
             f"({base_best / best:5.2f}x)"
         )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("throughput", ThroughputArguments, run, "Time the scoring paths.")
+    return run_cli("python -m benchmarks.throughput", __doc__.splitlines()[0], [command], argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

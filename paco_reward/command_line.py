@@ -111,6 +111,28 @@ def _has_default(f: dataclasses.Field) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
+def _number(kind: type, optional: bool) -> Callable[[str], Any]:
+    """An argparse ``type`` reading an int or a float (``null`` too when ``optional``), so
+    that ``--limit two`` is a usage error rather than a failure later on."""
+
+    def convert(text: str):
+        value = _yaml_value(text)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, kind) or (kind is float and isinstance(value, int)):
+            return kind(value)
+        elif kind is float:
+            try:
+                return float(text)  # "1e-4": YAML 1.1 wants a dot for a float
+            except ValueError:
+                pass
+        raise argparse.ArgumentTypeError(f"expected {kind.__name__}; got {text!r}")
+
+    return convert
+
+
 def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix: str,
                required: bool) -> None:  # fmt: skip
     name = prefix + f.name
@@ -144,6 +166,8 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix
         kwargs.update(action="extend", nargs="*", type=str if item is str else _yaml_value)
     elif inner in (str, Path):
         kwargs["type"] = _string_or_none if optional else str
+    elif inner in (int, float):
+        kwargs["type"] = _number(inner, optional)
     else:
         kwargs["type"] = _yaml_value
     if typing.get_origin(inner) is typing.Literal:

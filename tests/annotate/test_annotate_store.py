@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -155,25 +151,9 @@ def test_cli_options_are_the_config_fields(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.startswith("paco-data: error: annotator name 'no spaces'")
 
 
-def test_wheel_ships_the_page(tmp_path):
-    """An installed (not editable) package serves the page: the static files are package data.
-    Built from a copy of the sources, so the checkout gets no build folder."""
-    root = Path(__file__).resolve().parents[2]
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        shutil.copy(root / name, source / name)
-    for package in ("paco_reward", "paco_grpo", "data_pipeline"):
-        shutil.copytree(
-            root / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    out = tmp_path / "wheel"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(source)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (wheel,) = out.glob("paco_rl-*.whl")
+def test_wheel_ships_the_page(built_wheel):
+    """An installed (not editable) package serves the page: the static files are package data."""
+    wheel = built_wheel
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("index.html", "app.js", "style.css"):
         assert f"data_pipeline/annotate/static/{name}" in names
