@@ -134,6 +134,7 @@ def test_flags_are_the_config_fields(tmp_path):
     assert _part(args, LabelRule) == LabelRule(top_k=2, ties="all")
 
 
+@pytest.mark.slow
 def test_the_console_script(tmp_path):
     """The installed ``paco-data`` as a user runs it: exit codes, one line, -v tracebacks."""
     import subprocess
