@@ -115,7 +115,7 @@ def test_flags_are_the_config_fields(tmp_path):
     config the stage records holds nothing else."""
     from dataclasses import asdict
 
-    from data_pipeline.cli import ExportArguments, PairsArguments, _part
+    from data_pipeline.arguments import ExportArguments, PairsArguments, config_part
     from data_pipeline.export import ExportConfig
     from data_pipeline.pairs import LabelRule
     from paco_reward.command_line import parse_config
@@ -126,12 +126,12 @@ def test_flags_are_the_config_fields(tmp_path):
          "--require_reasons", "false", "--rank_ties", "skip", "--out", "o"],
     )  # fmt: skip
     assert (args.work_dir, args.out) == (str(tmp_path), "o")
-    assert asdict(_part(args, ExportConfig)) == asdict(
+    assert asdict(config_part(args, ExportConfig)) == asdict(
         ExportConfig(test_fraction=0.25, dataset_name="mine", llamafactory=False,
                      require_reasons=False, rank_ties="skip")
     )  # fmt: skip
     args = parse_config(PairsArguments, [str(tmp_path), "--top-k", "2", "--ties", "all"])
-    assert _part(args, LabelRule) == LabelRule(top_k=2, ties="all")
+    assert config_part(args, LabelRule) == LabelRule(top_k=2, ties="all")
 
 
 @pytest.mark.slow
