@@ -101,7 +101,7 @@ test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m demo --output-dir demo_output
+	$(PY) -m demo --output_dir demo_output
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LF_VENV) demo_output .pytest_cache

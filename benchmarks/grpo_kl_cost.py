@@ -11,18 +11,30 @@ whether the losses are the same.
 
 from __future__ import annotations
 
-import argparse
 import statistics
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from paco_reward.command_line import Command, config_field, run_cli
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", default="recipes/grpo_tiny_cpu.yaml")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+# The tiny CPU recipe of the checkout this module sits in (it is not package data).
+TINY_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo_tiny_cpu.yaml"
 
+
+@dataclass
+class KLCostArguments:
+    """What the frozen-reference forward pass costs at beta = 0."""
+
+    recipe: str = config_field(
+        str(TINY_RECIPE), help="GRPO recipe to run one epoch of (default: the tiny CPU one)."
+    )
+    repeats: int = config_field(3, help="Runs per mode, the order alternating.")
+
+
+def measure(args: KLCostArguments) -> dict:
+    """Run both modes, print the times; returns the numbers."""
     from paco_grpo.grpo_config import GRPOConfig
     from paco_grpo.grpo_trainer import GRPOTrainer
     from paco_grpo.testing.flux import build_tiny_flux
@@ -65,5 +77,16 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def run(args: KLCostArguments) -> int:
+    measure(args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("grpo-kl-cost", KLCostArguments, run, "Time the reference pass.")
+    return run_cli("python -m benchmarks.grpo_kl_cost", __doc__.split("\n\n")[0], [command], argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

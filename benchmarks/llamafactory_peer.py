@@ -13,13 +13,15 @@ and runs this.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from paco_reward.command_line import Command, config_field, run_cli
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "llamafactory" / "paco_reward_lora.yaml"
 
@@ -28,11 +30,16 @@ def collapse_pads(ids: list[int], pad: int) -> list[int]:
     return [t for k, t in enumerate(ids) if not (t == pad and k and ids[k - 1] == pad)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llamafactory", required=True, help="Path of llamafactory-cli.")
-    parser.add_argument("--steps", type=int, default=3, help="Training steps.")
-    args = parser.parse_args(argv)
+@dataclass
+class PeerArguments:
+    """Peer check: LLaMA-Factory trains on our export and tokenizes as our scorer does."""
+
+    llamafactory: str = config_field(help="Path of llamafactory-cli.")
+    steps: int = config_field(3, help="Training steps.")
+
+
+def run(args: PeerArguments) -> int:
+    """Train with LLaMA-Factory on a tiny export and compare its tokens with ours."""
 
     from datasets import load_from_disk
     from transformers import AutoProcessor
@@ -62,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode:
             print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
-            print(f"llamafactory-cli train failed (exit {done.returncode})", file=sys.stderr)
-            return 1
+            raise RuntimeError(f"{args.llamafactory} train failed (exit {done.returncode}).")
         loss = [line for line in done.stdout.splitlines() if "train_loss" in line]
         tokenized = load_from_disk(str(tmp / "tokenized"))["train"]
         processor = AutoProcessor.from_pretrained(model)
@@ -84,7 +90,20 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"prompts identical to ours: {prompts_equal}/{n}; answers identical: {answers_equal}/{n}"
         )
-        return 0 if prompts_equal == answers_equal == n == len(records) else 1
+        if not prompts_equal == answers_equal == n == len(records):
+            raise RuntimeError(
+                f"LLaMA-Factory's tokens differ from ours: prompts {prompts_equal}/{n}, answers "
+                f"{answers_equal}/{n}, of {len(records)} exported records."
+            )
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("llamafactory-peer", PeerArguments, run, "Peer-check the export.")
+    return run_cli(
+        "python -m benchmarks.llamafactory_peer", __doc__.splitlines()[0], [command], argv
+    )
 
 
 if __name__ == "__main__":

@@ -19,12 +19,14 @@ two replicas). Run it with the vLLM venv's python:
 
 from __future__ import annotations
 
-import argparse
 import statistics
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,7 +34,32 @@ from PIL import Image
 
 from benchmarks.model_card_snippet import ModelCardScorer
 from paco_reward import PacoReward
+from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.templates import render_instruction
+
+
+@dataclass
+class ThroughputArguments:
+    """Scoring throughput: the model card's one-pair loop vs score_pairs vs score_grid."""
+
+    model: str | None = config_field(None, help="Model folder (default: build a tiny random one).")
+    config: Literal["tiny", "7b"] = config_field(
+        "tiny", help="Shape of the built model ('7b': random weights, real 7B shape; GPU)."
+    )
+    panel_size: int = config_field(256, help="Panel side in pixels.")
+    min_pixels: int = config_field(4 * 28 * 28, help="Image budget (min) of the built model.")
+    max_pixels: int = config_field(16 * 28 * 28, help="Image budget (max) of the built model.")
+    rounds: int = config_field(5, help="Interleaved timing rounds.")
+    batch_size: int = config_field(8, help="PacoReward pairs per forward.")
+    device: str | None = config_field(None, help="torch device (default: cuda if available).")
+    dtype: str | None = config_field(None, help="torch dtype (default: bf16 on GPU).")
+    engines: str | None = config_field(
+        None,
+        help="Compare scoring engines instead: comma-separated from transformers, vllm, "
+        "vllm-server, vllm-server-x2, or 'all'.",
+    )
+    pairs: int = config_field(48, help="Pairs per round (with --engines).")
+    concurrency: int = config_field(16, help="Requests in flight per client (with --engines).")
 
 
 def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.Image]]:
@@ -47,7 +74,7 @@ def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.I
     return grid, panels
 
 
-def build_model(args, workdir: Path) -> Path:
+def build_model(args: ThroughputArguments, workdir: Path) -> Path:
     if args.model:
         return Path(args.model)
     from paco_reward.testing import build_tiny_model
@@ -82,7 +109,7 @@ def compare_engines(args) -> None:
     engines = list(ENGINES) if args.engines == "all" else args.engines.split(",")
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
-        raise SystemExit(f"unknown engines {unknown}; choose from {ENGINES} or 'all'")
+        raise ValueError(f"unknown engines {unknown}; choose from {ENGINES} or 'all'.")
     server_args = [*CPU_ARGS, "--no-enable-prefix-caching"]
     llm_kwargs = {
         "enforce_eager": True,
@@ -157,33 +184,11 @@ def compare_engines(args) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="model folder (default: build a tiny random one)")
-    parser.add_argument(
-        "--config", choices=["tiny", "7b"], default="tiny", help="shape of the built model"
-    )
-    parser.add_argument("--panel-size", type=int, default=256, help="panel side in pixels")
-    parser.add_argument("--min-pixels", type=int, default=4 * 28 * 28)
-    parser.add_argument("--max-pixels", type=int, default=16 * 28 * 28)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--dtype", default=None)
-    parser.add_argument(
-        "--engines",
-        default=None,
-        help=f"compare scoring engines instead: comma-separated from {ENGINES}, or 'all'",
-    )
-    parser.add_argument("--pairs", type=int, default=48, help="pairs per round (--engines)")
-    parser.add_argument(
-        "--concurrency", type=int, default=16, help="requests in flight per client (--engines)"
-    )
-    args = parser.parse_args(argv)
+def run(args: ThroughputArguments) -> int:
+    """Time the three scoring paths (or, with ``engines``, the engines) and print the table."""
     if args.engines:
         compare_engines(args)
-        return
-
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(args, Path(tmp))
         rm = PacoReward.from_pretrained(
@@ -237,7 +242,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{name:26s} {len(pairs) / median:10.1f} {base_median / median:8.2f}x "
             f"({base_best / best:5.2f}x)"
         )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("throughput", ThroughputArguments, run, "Time the scoring paths.")
+    return run_cli("python -m benchmarks.throughput", __doc__.splitlines()[0], [command], argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

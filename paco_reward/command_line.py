@@ -6,8 +6,10 @@ Each command is a dataclass of its arguments: every field becomes ``--field_name
 flags (``--train.resolution``), and fields marked ``positional=True`` positional
 arguments. A value on the command line is read as YAML, exactly like the same key in a
 recipe (``--rewards "{clip_t: 1.0}"``, ``--noise_steps 1 2``, ``--flag`` / ``--flag false``
-/ ``--no_flag``); a plain ``str`` field keeps its text. A command with ``recipe=True`` takes
-a YAML file of its fields first; flags override it.
+/ ``--no_flag`` / ``--no-flag``); a plain ``str`` field keeps its text; a list flag given
+twice adds to the list (``--scorer a --scorer b``); a field without a default is a required
+flag. A command with ``recipe=True`` takes a YAML file of its fields first; flags override
+it (and may leave out what the file gives).
 
 Exit codes: 0 done, 1 an error (one line naming the input, no traceback; ``-v`` shows it),
 2 a usage error (argparse). ``-v`` logs INFO, ``-vv`` DEBUG.
@@ -105,7 +107,34 @@ def _to_bool(text: str) -> bool:
     return value
 
 
-def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix: str) -> None:
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _number(kind: type, optional: bool) -> Callable[[str], Any]:
+    """An argparse ``type`` reading an int or a float (``null`` too when ``optional``), so
+    that ``--limit two`` is a usage error rather than a failure later on."""
+
+    def convert(text: str):
+        value = _yaml_value(text)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, kind) or (kind is float and isinstance(value, int)):
+            return kind(value)
+        elif kind is float:
+            try:
+                return float(text)  # "1e-4": YAML 1.1 wants a dot for a float
+            except ValueError:
+                pass
+        raise argparse.ArgumentTypeError(f"expected {kind.__name__}; got {text!r}")
+
+    return convert
+
+
+def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix: str,
+               required: bool) -> None:  # fmt: skip
     name = prefix + f.name
     help_text = f.metadata.get("help", "")
     inner, optional = _unwrap_optional(tp)
@@ -114,25 +143,31 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix
         kwargs: dict[str, Any] = {"help": help_text}
         if f.metadata.get("nargs"):
             kwargs["nargs"] = f.metadata["nargs"]
-        elif f.default is not dataclasses.MISSING:
+        elif _has_default(f):
             kwargs["nargs"] = "?"
-        kwargs["type"] = str if inner in (str, Path) else _yaml_value
+        item = (typing.get_args(inner) or (str,))[0] if origin is list else inner
+        kwargs["type"] = str if item in (str, Path) else _yaml_value
         parser.add_argument(f.name, **kwargs)
         return
     flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
     kwargs = {"dest": name, "help": help_text, "default": argparse.SUPPRESS}
+    if required and not _has_default(f):  # a missing value is a usage error (exit 2)
+        kwargs["required"] = True
     if inner is bool:
         kwargs.update(nargs="?", const=True, type=_to_bool, metavar="true|false")
         parser.add_argument(*flags, **kwargs)
         if not prefix:
-            parser.add_argument(f"--no_{name}", dest=name, action="store_const", const=False,
+            negations = [f"--no_{name}", f"--no-{name.replace('_', '-')}"]
+            parser.add_argument(*negations, dest=name, action="store_const", const=False,
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # fmt: skip
         return
-    if origin is list:
+    if origin is list:  # repeating the flag adds to the list (--scorer a --scorer b)
         (item,) = typing.get_args(inner) or (str,)
-        kwargs.update(nargs="*", type=str if item is str else _yaml_value)
+        kwargs.update(action="extend", nargs="*", type=str if item is str else _yaml_value)
     elif inner in (str, Path):
         kwargs["type"] = _string_or_none if optional else str
+    elif inner in (int, float):
+        kwargs["type"] = _number(inner, optional)
     else:
         kwargs["type"] = _yaml_value
     if typing.get_origin(inner) is typing.Literal:
@@ -140,11 +175,14 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix
     parser.add_argument(*flags, **kwargs)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "",
+                            required: bool = True) -> None:  # fmt: skip
     """Add one option per field of ``cls`` (nested dataclass fields as dotted options).
 
-    A class may list earlier field names in ``RENAMED_FIELDS`` (``{old: new}``): their flags
-    are accepted, hidden, so that building the config reports the new name."""
+    With ``required``, a field without a default is a required option (``False`` when a
+    recipe may give it). A class may list earlier field names in ``RENAMED_FIELDS``
+    (``{old: new}``): their flags are accepted, hidden, so that building the config reports
+    the new name."""
     for old in getattr(cls, "RENAMED_FIELDS", {}) if not prefix else ():
         parser.add_argument(f"--{old}", dest=old, type=_yaml_value, default=argparse.SUPPRESS,
                             help=argparse.SUPPRESS)  # fmt: skip
@@ -155,9 +193,9 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: 
         tp = hints.get(f.name, str)
         inner, _ = _unwrap_optional(tp)
         if dataclasses.is_dataclass(inner):
-            add_dataclass_arguments(parser, inner, prefix=f"{prefix}{f.name}.")
+            add_dataclass_arguments(parser, inner, f"{prefix}{f.name}.", required)
         else:
-            _add_field(parser, f, tp, prefix)
+            _add_field(parser, f, tp, prefix, required)
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +261,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, *, recipe: bool =
     parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").split("\n\n")[0])
     if recipe:
         parser.add_argument("recipe", help="YAML file of config fields; flags override it")
-    add_dataclass_arguments(parser, cls)
+    add_dataclass_arguments(parser, cls, required=not recipe)
     return config_from_namespace(cls, parser.parse_args(argv), recipe)
 
 
@@ -248,7 +286,7 @@ def run_cli(prog: str, description: str, commands: Sequence[Command],
         targets = {None: command}
         if command.recipe:
             parser.add_argument("recipe", help="YAML file of config fields; flags override it")
-        add_dataclass_arguments(parser, command.resolve())
+        add_dataclass_arguments(parser, command.resolve(), required=not command.recipe)
     else:
         sub = parser.add_subparsers(dest="_command", required=True, metavar="COMMAND")
         targets = {command.name: command for command in commands}
@@ -261,7 +299,7 @@ def run_cli(prog: str, description: str, commands: Sequence[Command],
                 continue
             if command.recipe:
                 p.add_argument("recipe", help="YAML file of config fields; flags override it")
-            add_dataclass_arguments(p, command.resolve())
+            add_dataclass_arguments(p, command.resolve(), required=not command.recipe)
     namespace = parser.parse_args(argv)
     verbosity = getattr(namespace, "verbose", 0) or 0
     command = targets[getattr(namespace, "_command", None)]

@@ -47,7 +47,8 @@ class AnnotateConfig:
     work_dir: Path = field(
         metadata={
             "help": "The pipeline's work folder: instances.jsonl (stage 3) and the panel images "
-            "it names are read; rankings go to annotations.jsonl and rankings.jsonl there."
+            "it names are read; rankings go to annotations.jsonl and rankings.jsonl there.",
+            "positional": True,  # `paco-data annotate WORK`
         }
     )
     annotator: str | None = field(

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -132,42 +128,32 @@ def test_config_checks(tmp_path, caplog):
     assert caplog.text == ""
 
 
-def test_cli_options_are_the_config_fields():
+def test_cli_options_are_the_config_fields(tmp_path, capsys, monkeypatch):
     from data_pipeline.annotate import AnnotateConfig
-    from data_pipeline.cli import build_parser
+    from data_pipeline.cli import main
+    from paco_reward.command_line import parse_config
 
-    parser = build_parser()
-    args = parser.parse_args(["annotate", "W", "--annotator", "alice", "--port", "9001"])
-    assert (args.annotator, args.port) == ("alice", 9001)
-    assert not hasattr(args, "host")  # left to AnnotateConfig's default
-    sub = next(a for a in parser._subparsers._actions if a.choices and "annotate" in a.choices)
-    text = sub.choices["annotate"].format_help()
+    monkeypatch.delenv("PACO_ANNOTATE_KEY", raising=False)
+    config = parse_config(AnnotateConfig, [str(tmp_path), "--annotator", "alice", "--port", "9001"])
+    assert config == AnnotateConfig(tmp_path, annotator="alice", port=9001)
+    assert config.host == "127.0.0.1"  # AnnotateConfig's default
+    with pytest.raises(SystemExit) as help_:
+        main(["annotate", "--help"])
+    assert help_.value.code == 0
+    text = capsys.readouterr().out
     for option in ("--annotator", "--host", "--port", "--key", "--key-env", "--log-level"):
         assert option in text
     assert AnnotateConfig.__dataclass_fields__["host"].metadata["help"][:40] in " ".join(
         text.split()
     )
+    # a bad value is one line naming it (exit 1), before anything is served
+    assert main(["annotate", str(tmp_path), "--annotator", "no spaces"]) == 1
+    assert capsys.readouterr().err.startswith("paco-data: error: annotator name 'no spaces'")
 
 
-def test_wheel_ships_the_page(tmp_path):
-    """An installed (not editable) package serves the page: the static files are package data.
-    Built from a copy of the sources, so the checkout gets no build folder."""
-    root = Path(__file__).resolve().parents[2]
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        shutil.copy(root / name, source / name)
-    for package in ("paco_reward", "paco_grpo", "data_pipeline"):
-        shutil.copytree(
-            root / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    out = tmp_path / "wheel"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(source)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (wheel,) = out.glob("paco_rl-*.whl")
+def test_wheel_ships_the_page(built_wheel):
+    """An installed (not editable) package serves the page: the static files are package data."""
+    wheel = built_wheel
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("index.html", "app.js", "style.css"):
         assert f"data_pipeline/annotate/static/{name}" in names

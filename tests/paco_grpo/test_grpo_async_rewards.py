@@ -222,11 +222,12 @@ def test_overlap_benchmark_runs_and_scores_identically(tmp_path, capsys):
     from benchmarks.grpo_reward_overlap import main
 
     out = tmp_path / "overlap.json"
-    result = main(
+    code = main(
         ["--prompts", "2", "--group-size", "2", "--batch-size", "1", "--steps", "2"]
         + ["--resolution", "32", "--seconds-per-item", "0.01", "--repeats", "1", "--json", str(out)]
     )
-    assert result["scores_identical"] and json.loads(out.read_text())["batches"] == 4
+    result = json.loads(out.read_text())
+    assert code == 0 and result["scores_identical"] and result["batches"] == 4
     for mode in ("sync", "async"):
         assert 0 <= result["rows"][mode]["reward_share"] < 1
     # synchronous scoring waits for every batch's known cost (4 images x 10 ms)
