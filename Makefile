@@ -20,7 +20,7 @@ BROWSER_STAMP := $(VENV)/.browser-stamp
 CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
 CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
-.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser
+.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser environments
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -90,7 +90,12 @@ lint: $(STAMP)
 
 # tests/vllm_peer runs in the vLLM venv against real vLLM (a stock server and vllm.LLM); the
 # main run leaves that folder out (tests/conftest.py) since its venv has no vLLM.
-test: $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP) lint
+# The three environments are independent: on a fresh machine they are built side by side
+# (the vLLM venv mostly downloads while the main one installs).
+environments:
+	$(MAKE) -j3 $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP)
+
+test: environments lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
 

@@ -59,14 +59,13 @@ from PIL import Image
 
 from paco_reward.errors import LogprobTokenIdsIgnoredError, RewardServerError
 from paco_reward.images import ImagePolicy, image_hash
+from paco_reward.local_backend import PairRequest
 from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
 from paco_reward.templates import build_messages
 from paco_reward.yes_no import YesNoTokens, yes_no_words, yes_probability_from_logprobs
 
 logger = logging.getLogger(__name__)
 
-# (index of first image, index of second image, instruction text)
-PairRequest = tuple[int, int, str]
 
 IMAGE_FORMATS = ("png", "jpeg")
 

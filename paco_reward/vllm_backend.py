@@ -30,13 +30,11 @@ import numpy as np
 from PIL import Image
 
 from paco_reward.images import ImagePolicy
-from paco_reward.local_backend import render_prompt_text
+from paco_reward.local_backend import PairRequest, render_prompt_text
 from paco_reward.yes_no import YesNoTokens, yes_probability_from_token_logprobs
 
 logger = logging.getLogger(__name__)
 
-# (index of first image, index of second image, instruction text)
-PairRequest = tuple[int, int, str]
 
 VLLM_MISSING = (
     "backend='vllm' needs vLLM, an optional dependency: pip install 'paco-rl[vllm]' (GPU), or "
