@@ -106,7 +106,8 @@ test: environments lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
 
-test-vllm: $(VLLM_STAMP)
+# The vLLM venv loads the main venv's CUDA libraries, so both are built.
+test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
 
 test-quick: $(STAMP)
