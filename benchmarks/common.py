@@ -15,7 +15,6 @@ with a display name as ``NAME=SPEC``:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -28,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from paco_reward.atomic_io import atomic_write_text, save_figure
+from paco_reward.command_line import config_field
 from paco_reward.errors import PacoError
+from paco_reward.templates import get_template
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,10 @@ class PacoPairScorer:
         self.name = name
 
     def score_pairs(self, pairs: Sequence[tuple]) -> np.ndarray:
-        """``PacoReward.score_pairs(pairs, template=self.template)``."""
+        """``PacoReward.score_pairs(pairs, template=self.template)``; the benchmark's prompt is
+        passed on only when the template takes one (``rank`` is theme-free)."""
+        if not get_template(self.template).needs_prompt:
+            pairs = [tuple(pair[:2]) for pair in pairs]
         return np.asarray(self.reward.score_pairs(pairs, template=self.template), np.float64)
 
     def score_edit_batch(self, triples: Sequence[tuple]) -> dict[str, np.ndarray]:
@@ -161,18 +165,37 @@ def build_scorer(
     return NamedScorer(name or f"OpenCLIP ({model})", OpenCLIPScorer(model, tag or None), spec)
 
 
-def add_scorer_arguments(parser: argparse.ArgumentParser) -> None:
-    """The scorer options every human-alignment benchmark takes."""
-    parser.add_argument(
-        "--scorer",
-        action="append",
-        required=True,
+@dataclass(kw_only=True)
+class ScorerArguments:
+    """The scorer options every human-alignment benchmark takes (its command line is
+    generated from the fields, see :mod:`paco_reward.command_line`)."""
+
+    scorer: list[str] = config_field(
         help="[NAME=]KIND[:ARG], repeatable: paco:<dir>, server:<url>[@model], clip:<dir>, "
-        "pixel[:size], dreamsim[:cache], open_clip:<model>[@tag].",
+        "pixel[:size], dreamsim[:cache], open_clip:<model>[@tag]."
     )
-    parser.add_argument("--adapter", default=None, help="LoRA adapter for paco: scorers.")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available).")
-    parser.add_argument("--batch-size", type=int, default=8, help="PacoReward pairs per forward.")
+    adapter: str | None = config_field(None, help="LoRA adapter for paco: scorers.")
+    device: str | None = config_field(None, help="torch device (default: cuda if available).")
+    batch_size: int = config_field(8, help="PacoReward pairs per forward.")
+
+    def __post_init__(self) -> None:
+        if not self.scorer:
+            raise ValueError("give at least one --scorer, e.g. --scorer pixel.")
+        for spec in self.scorer:  # a typo fails before any data or model loads
+            parse_scorer_spec(spec)
+
+    def build_scorers(self, template: str = "rank") -> list[NamedScorer]:
+        """Every ``--scorer``, built (:func:`build_scorer`)."""
+        return [
+            build_scorer(
+                spec,
+                adapter=self.adapter,
+                device=self.device,
+                template=template,
+                batch_size=self.batch_size,
+            )
+            for spec in self.scorer
+        ]
 
 
 def slug(name: str) -> str:

@@ -27,7 +27,6 @@ when the prompt data has categories, and ``metrics.png`` (methods x metrics).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -42,10 +41,9 @@ import numpy as np
 from benchmarks.common import (
     BenchmarkDataError,
     NamedScorer,
-    add_scorer_arguments,
+    ScorerArguments,
     append_jsonl,
     bar_chart,
-    build_scorer,
     check_run_config,
     format_table,
     read_jsonl,
@@ -53,15 +51,18 @@ from benchmarks.common import (
     write_json_atomic,
     write_tables,
 )
+from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.metrics import (
     RANKING_METRICS,
     TIE_RULES,
-    average_metrics,
     item_ranking_metrics,
     predicted_order,
+    ranking_metrics,
 )
 
 logger = logging.getLogger(__name__)
+
+PROG = "python -m benchmarks.consistency_rank"
 
 # Paper (arXiv 2512.04784), computed with the released evaluator: the correlations
 # are its *_ref definitions.
@@ -295,15 +296,9 @@ def summarize(records: Sequence[dict], ties: str = "first") -> dict:
     scores; ``by_category`` when items have categories."""
 
     def metrics_of(recs: Sequence[dict]) -> dict:
-        per_item, skipped = [], 0
-        for r in recs:
-            scores = np.asarray([np.nan if s is None else s for s in r["scores"]], np.float64)
-            if not np.isfinite(scores).all():
-                skipped += 1
-                continue
-            order = [r["comp_images"].index(name) for name in r["rank_images"]]
-            per_item.append(item_ranking_metrics(scores, order, ties))
-        return average_metrics(per_item, n_skipped=skipped)
+        scores = [[np.nan if s is None else s for s in r["scores"]] for r in recs]
+        orders = [[r["comp_images"].index(name) for name in r["rank_images"]] for r in recs]
+        return ranking_metrics(scores, orders, ties)
 
     summary = {"overall": metrics_of(records)}
     categories = sorted({r["category"] for r in records if r.get("category")})
@@ -315,15 +310,21 @@ def summarize(records: Sequence[dict], ties: str = "first") -> dict:
 
 
 def summary_rows(results: dict[str, dict], with_paper: bool = True) -> tuple[list[str], list[list]]:
-    """Header and rows of the summary table: our methods, then the paper's numbers."""
-    header = ["method", "n"] + [label for _, label in TABLE_COLUMNS]
+    """Header and rows of the summary table: our methods, then the paper's numbers.
+
+    ``tied`` counts the items whose scores tie: their order comes from the ``ties`` rule,
+    and the released evaluator's order for them depends on the numpy version."""
+    header = ["method", "n", "tied"] + [label for _, label in TABLE_COLUMNS]
     rows = [
-        [name, s["overall"]["n_items"]] + [s["overall"][key] for key, _ in TABLE_COLUMNS]
+        [name, s["overall"]["n_items"], s["overall"]["n_tied"]]
+        + [s["overall"][key] for key, _ in TABLE_COLUMNS]
         for name, s in results.items()
     ]
     if with_paper:
         for name, paper in PAPER_RESULTS.items():
-            rows.append([f"paper: {name}", None] + [paper.get(key) for key, _ in TABLE_COLUMNS])
+            rows.append(
+                [f"paper: {name}", None, None] + [paper.get(key) for key, _ in TABLE_COLUMNS]
+            )
     return header, rows
 
 
@@ -403,59 +404,55 @@ def write_outputs(results: dict[str, dict], output_dir: Path, ties: str = "first
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.consistency_rank",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@dataclass(kw_only=True)
+class ConsistencyRankArguments(ScorerArguments):
+    """ConsistencyRank: does a scorer rank candidates against a reference the way people do?"""
+
+    data_dir: str = config_field(help="ConsistencyRank folder (the official layout).")
+    template: str = config_field("rank", help="PacoReward template (default: rank).")
+    output_dir: str = config_field(
+        "results/consistency_rank", help="Where per-method results, tables and the chart go."
     )
-    parser.add_argument("--data-dir", type=Path, required=True, help="ConsistencyRank folder.")
-    add_scorer_arguments(parser)
-    parser.add_argument("--template", default="rank", help="PacoReward template (default: rank).")
-    parser.add_argument("--output-dir", type=Path, default=Path("results/consistency_rank"))
-    parser.add_argument(
-        "--items-per-batch", type=int, default=8, help="Items per score_pairs call."
+    items_per_batch: int = config_field(8, help="Items per score_pairs call.")
+    ties: str = config_field(
+        "first",
+        help=f"Order of tied scores, one of {list(TIE_RULES)}: 'first' (lower index first) or "
+        "'last' (= the released evaluator's np.argsort(scores)[::-1] under numpy 1.x, n <= 16). "
+        "The summary counts tied items.",
     )
-    parser.add_argument("--ties", choices=TIE_RULES, default="first", help="Score tie rule.")
-    parser.add_argument("--category-field", default="category", help="prompt_data category key.")
-    parser.add_argument("--limit", type=int, default=None, help="Evaluate the first N items only.")
-    parser.add_argument("--no-progress", action="store_true", help="Hide progress bars.")
-    return parser
+    category_field: str = config_field("category", help="prompt_data category key.")
+    limit: int | None = config_field(None, help="Evaluate the first N items only.")
+    progress: bool = config_field(True, help="Show progress bars (--no_progress hides them).")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ties not in TIE_RULES:
+            raise ValueError(f"ties must be one of {list(TIE_RULES)}; got {self.ties!r}.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; prints the summary table and returns an exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        scorers = [
-            build_scorer(
-                s,
-                adapter=args.adapter,
-                device=args.device,
-                template=args.template,
-                batch_size=args.batch_size,
-            )
-            for s in args.scorer
-        ]
-        results = run_benchmark(
-            args.data_dir,
-            scorers,
-            args.output_dir,
-            items_per_batch=args.items_per_batch,
-            ties=args.ties,
-            category_field=args.category_field,
-            limit=args.limit,
-            progress=not args.no_progress,
-        )
-    except (BenchmarkDataError, ValueError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def run(args: ConsistencyRankArguments) -> int:
+    """Run the benchmark as ``args`` say and print the summary table."""
+    results = run_benchmark(
+        args.data_dir,
+        args.build_scorers(args.template),
+        args.output_dir,
+        items_per_batch=args.items_per_batch,
+        ties=args.ties,
+        category_field=args.category_field,
+        limit=args.limit,
+        progress=args.progress,
+    )
     header, rows = summary_rows(results)
     print("\n== ConsistencyRank (tau_ref/rho_ref: released-evaluator definitions, as the paper) ==")
     print(format_table(header, rows))
     print(f"\nOutputs in {args.output_dir}/ (summary.{{txt,md,tex,json}}, metrics.png)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; prints the summary table and returns an exit status."""
+    command = Command("consistency-rank", ConsistencyRankArguments, run, "Run ConsistencyRank.")
+    return run_cli(PROG, __doc__.split("\n\n")[0], [command], argv)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,11 @@ Metrics per task type and dimension: strict (preferred score ``>`` other) and no
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,9 @@ import numpy as np
 from benchmarks.common import (
     BenchmarkDataError,
     NamedScorer,
-    add_scorer_arguments,
+    ScorerArguments,
     append_jsonl,
     bar_chart,
-    build_scorer,
     check_run_config,
     format_table,
     read_jsonl,
@@ -57,9 +56,12 @@ from benchmarks.common import (
     write_json_atomic,
     write_tables,
 )
+from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.metrics import mean_over, pairwise_correct
 
 logger = logging.getLogger(__name__)
+
+PROG = "python -m benchmarks.edit_reward_bench"
 
 DIMENSIONS = ("prompt_following", "consistency", "overall")
 DIMENSION_LABELS = {"prompt_following": "PF", "consistency": "SC", "overall": "O"}
@@ -389,47 +391,41 @@ def write_outputs(results: dict[str, dict], output_dir: Path) -> dict[str, Path]
     return paths
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.edit_reward_bench",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@dataclass(kw_only=True)
+class EditRewardBenchArguments(ScorerArguments):
+    """EditReward-Bench: does a scorer prefer the edit people preferred?"""
+
+    data: str = config_field(help="save_to_disk folder, parquet file or folder of parquet files.")
+    output_dir: str = config_field(
+        "results/edit_reward_bench", help="Where per-method results, tables and the chart go."
     )
-    parser.add_argument("--data", type=Path, required=True, help="save_to_disk folder or parquet.")
-    add_scorer_arguments(parser)
-    parser.add_argument("--output-dir", type=Path, default=Path("results/edit_reward_bench"))
-    parser.add_argument("--batch-outputs", type=int, default=16, help="Outputs per scoring call.")
-    parser.add_argument("--limit", type=int, default=None, help="Evaluate the first N rows only.")
-    parser.add_argument("--no-progress", action="store_true", help="Hide progress bars.")
-    return parser
+    batch_outputs: int = config_field(16, help="Outputs per scoring call.")
+    limit: int | None = config_field(None, help="Evaluate the first N rows only.")
+    progress: bool = config_field(True, help="Show progress bars (--no_progress hides them).")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; prints the summary table and returns an exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        scorers = [
-            build_scorer(s, adapter=args.adapter, device=args.device, batch_size=args.batch_size)
-            for s in args.scorer
-        ]
-        results = run_benchmark(
-            args.data,
-            scorers,
-            args.output_dir,
-            batch_outputs=args.batch_outputs,
-            limit=args.limit,
-            progress=not args.no_progress,
-        )
-    except (BenchmarkDataError, ValueError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def run(args: EditRewardBenchArguments) -> int:
+    """Run the benchmark as ``args`` say and print the summary tables."""
+    results = run_benchmark(
+        args.data,
+        args.build_scorers(),
+        args.output_dir,
+        batch_outputs=args.batch_outputs,
+        limit=args.limit,
+        progress=args.progress,
+    )
     print("\n== EditReward-Bench: pairwise accuracy, mean over task types ==")
     print(format_table(*summary_rows(results)))
     print("\n== Per task type and group (strict) ==")
     print(format_table(*detail_rows(results)))
     print(f"\nOutputs in {args.output_dir}/ (summary.{{txt,md,tex,json}}, by_task.*, metrics.png)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; prints the summary table and returns an exit status."""
+    command = Command("edit-reward-bench", EditRewardBenchArguments, run, "Run EditReward-Bench.")
+    return run_cli(PROG, __doc__.split("\n\n")[0], [command], argv)
 
 
 if __name__ == "__main__":

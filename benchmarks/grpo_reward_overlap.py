@@ -17,16 +17,41 @@ Goal: the asynchronous share <= 10 %. The scores of the two modes must be identi
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from paco_grpo.rewards import PanelColourAgreementReward
+from paco_reward.command_line import Command, config_field, run_cli
+
+
+@dataclass
+class OverlapArguments:
+    """Share of a PaCo-GRPO step spent waiting on rewards, synchronous vs asynchronous."""
+
+    model: str | None = config_field(
+        None, help="FluxPipeline folder (default: build the tiny FLUX)."
+    )
+    device: str = config_field("cpu", help="torch device.")
+    prompts: int = config_field(4, help="Prompts per epoch.")
+    group_size: int = config_field(8, help="Images per prompt.")
+    batch_size: int = config_field(2, help="Images per sampling batch.")
+    resolution: int = config_field(64, help="Training resolution.")
+    steps: int = config_field(8, help="Denoising steps.")
+    seconds_per_item: float | None = config_field(
+        None,
+        help="Reward cost per image (default: the measured sampling cost per image x "
+        "--cost_ratio).",
+    )
+    cost_ratio: float = config_field(1.0, help="Reward cost / sampling cost per image.")
+    repeats: int = config_field(2, help="Epochs per mode (alternating).")
+    json: str | None = config_field(None, help="Also write the numbers as JSON here.")
 
 
 class KnownCostReward(PanelColourAgreementReward):
@@ -55,7 +80,7 @@ class KnownCostReward(PanelColourAgreementReward):
         return super().score(images, prompts, metadata)
 
 
-def _config(model: str, out: Path, args):
+def _config(model: str, out: Path, args: OverlapArguments):
     from paco_grpo.grpo_config import GRPOConfig
 
     prompts = out / "prompts.txt"
@@ -73,14 +98,14 @@ def _config(model: str, out: Path, args):
             "rewards": {"known_cost": 1.0},
             "aggregator": "weighted_sum",
             "max_sequence_length": 32,
-            "lora_rank": 8,
+            "lora_r": 8,
             "lora_alpha": 16,
-            "max_epochs": 1,
+            "num_train_epochs": 1,
             "prompts_per_epoch": args.prompts,
-            "group_size": args.group_size,
+            "num_generations": args.group_size,
             "sample_batch_size": args.batch_size,
-            "train_batch_size": args.group_size,
-            "tensorboard": False,
+            "per_device_train_batch_size": args.group_size,
+            "report_to": [],
             "num_sample_images": 0,
             "save_every": 0,
             "train": {
@@ -93,7 +118,7 @@ def _config(model: str, out: Path, args):
     )
 
 
-def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
+def _measure(tmp: Path, args: OverlapArguments) -> tuple[dict, KnownCostReward, bool]:
     """Warm up, set the reward cost, check sync == async scores, time both modes."""
     import torch
     from diffusers import FluxPipeline
@@ -118,7 +143,7 @@ def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
     scores = {}
     for mode in ("sync", "async"):  # the same samples (same weights, same seed) in both modes
         trainer.config.async_rewards = mode == "async"
-        scores[mode] = trainer.sample_epoch(1)[1]["known_cost"]
+        scores[mode] = trainer.sample_epoch(1).rewards["known_cost"]
     identical = bool(np.array_equal(scores["sync"], scores["async"]))
 
     keys = {
@@ -143,25 +168,8 @@ def _measure(tmp: Path, args) -> tuple[dict, KnownCostReward, bool]:
     return rows, reward, identical
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="FluxPipeline folder (default: build the tiny FLUX)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per epoch")
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=2, help="images per sampling batch")
-    parser.add_argument("--resolution", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=8, help="denoising steps")
-    parser.add_argument(
-        "--seconds-per-item",
-        type=float,
-        help="reward cost per image (default: the measured sampling cost per image x --cost-ratio)",
-    )
-    parser.add_argument("--cost-ratio", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=2, help="epochs per mode (alternating)")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-
+def measure(args: OverlapArguments) -> dict:
+    """Run both modes, print the table; returns the numbers (also written to ``--json``)."""
     with tempfile.TemporaryDirectory(prefix="grpo-overlap-") as tmp:
         rows, reward, identical = _measure(Path(tmp), args)
     images = args.prompts * args.group_size
@@ -201,9 +209,22 @@ def main(argv: list[str] | None = None) -> dict:
         "scores_identical": identical,
     }
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2))
     return result
 
 
+def run(args: OverlapArguments) -> int:
+    measure(args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("grpo-reward-overlap", OverlapArguments, run, "Sync vs async rewards.")
+    return run_cli(
+        "python -m benchmarks.grpo_reward_overlap", __doc__.split("\n\n")[0], [command], argv
+    )
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,14 +15,41 @@ Prints a table and the ratio; ``--json PATH`` also writes the numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from paco_reward.command_line import Command, config_field, run_cli
 
-def _config(model: str, out: Path, args, resolution: int):
+
+@dataclass
+class StepCostArguments:
+    """Cost of one PaCo-GRPO epoch at 512² vs 1024² training resolution."""
+
+    model: str | None = config_field(
+        None, help="FluxPipeline folder (default: build the tiny FLUX)."
+    )
+    device: str = config_field("cpu", help="torch device.")
+    real_shape: bool = config_field(
+        False, help="Build a transformer with FLUX.1-dev's widths (random weights)."
+    )
+    layers: list[int] = config_field(
+        lambda: [1, 1], help="Double and single transformer blocks of the built model."
+    )
+    prompts: int = config_field(2, help="Prompts per epoch.")
+    group_size: int = config_field(2, help="Images per prompt.")
+    batch_size: int = config_field(2, help="Images per sampling / training batch.")
+    json: str | None = config_field(None, help="Also write the numbers as JSON here.")
+
+    def __post_init__(self) -> None:
+        if len(self.layers) != 2:
+            raise ValueError(f"layers must be two numbers (DOUBLE SINGLE); got {self.layers}.")
+
+
+def _config(model: str, out: Path, args: StepCostArguments, resolution: int):
     from paco_grpo.grpo_config import GRPOConfig
 
     prompts = out / "prompts.txt"
@@ -41,14 +68,14 @@ def _config(model: str, out: Path, args, resolution: int):
             "aggregator": "weighted_sum",
             "max_sequence_length": 32,
             "dtype": "bfloat16" if args.device == "cuda" else "float32",
-            "lora_rank": 64,
+            "lora_r": 64,
             "lora_alpha": 128,
-            "max_epochs": 1,
+            "num_train_epochs": 1,
             "prompts_per_epoch": args.prompts,
-            "group_size": args.group_size,
+            "num_generations": args.group_size,
             "sample_batch_size": args.batch_size,
-            "train_batch_size": args.batch_size,
-            "tensorboard": False,
+            "per_device_train_batch_size": args.batch_size,
+            "report_to": [],
             "num_sample_images": 0,
             "save_every": 0,
             "train": {"resolution": resolution, "num_steps": 10, "noise_steps": [1]},
@@ -57,18 +84,8 @@ def _config(model: str, out: Path, args, resolution: int):
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="FluxPipeline folder (default: build the tiny FLUX)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--real-shape", action="store_true")
-    parser.add_argument("--layers", type=int, nargs=2, default=[1, 1], metavar=("DOUBLE", "SINGLE"))
-    parser.add_argument("--prompts", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-
+def measure(args: StepCostArguments) -> dict:
+    """Run the three epochs, print the table; returns the numbers (also written to ``--json``)."""
     import torch
     from diffusers import FluxPipeline
 
@@ -126,9 +143,20 @@ def main(argv: list[str] | None = None) -> dict:
     )
     result = {"device": args.device, "real_shape": args.real_shape, "rows": rows, "ratio": ratio}
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2))
     return result
 
 
+def run(args: StepCostArguments) -> int:
+    measure(args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("grpo-step-cost", StepCostArguments, run, "Time 512² vs 1024² epochs.")
+    return run_cli("python -m benchmarks.grpo_step_cost", __doc__.split("\n\n")[0], [command], argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

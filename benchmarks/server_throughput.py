@@ -15,7 +15,6 @@ The in-process reference scores the same pairs with ``score_pairs`` in batches o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
@@ -27,6 +26,25 @@ import numpy as np
 from PIL import Image
 
 from paco_reward import PacoReward
+from paco_reward.command_line import Command, config_field, run_cli
+
+PROG = "python -m benchmarks.server_throughput"
+
+
+@dataclass
+class ServerThroughputArguments:
+    """Reward-server throughput: N concurrent clients over loopback vs in-process scoring."""
+
+    model: str | None = config_field(None, help="Model folder (default: a tiny model built now).")
+    clients: int = config_field(32, help="Concurrent clients.")
+    seconds: float = config_field(10.0, help="Duration of each load run.")
+    pairs: int = config_field(64, help="Distinct pairs cycled through.")
+    image_size: int = config_field(64, help="Image side in pixels.")
+    max_batch_size: int = config_field(32, help="The server's micro-batch size.")
+    max_wait_ms: float = config_field(5.0, help="The server's micro-batch wait.")
+    compare_unbatched: bool = config_field(False, help="Also run the server at batch size 1.")
+    in_thread: bool = config_field(False, help="Run the server in this process.")
+    output: str | None = config_field(None, help="Write the results as JSON here.")
 
 
 @dataclass
@@ -107,7 +125,7 @@ def measure_server(
     )
 
 
-def _serve(args, model_dir: Path, max_batch_size: int):
+def _serve(args: ServerThroughputArguments, model_dir: Path, max_batch_size: int):
     if args.in_thread:
         from paco_reward.local_backend import LocalBackend
         from paco_reward.server import ServerConfig, ServerThread, create_app
@@ -121,22 +139,10 @@ def _serve(args, model_dir: Path, max_batch_size: int):
     return ServerProcess(model_dir, args=[*flags, "--max-wait-ms", str(args.max_wait_ms)])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="model folder (default: a tiny model built now)")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load run")
-    parser.add_argument("--pairs", type=int, default=64, help="distinct pairs cycled through")
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument("--max-wait-ms", type=float, default=5.0)
-    parser.add_argument("--compare-unbatched", action="store_true", help="also run batch size 1")
-    parser.add_argument("--in-thread", action="store_true", help="server in this process")
-    parser.add_argument("--output", type=Path, help="write the results as JSON here")
-    args = parser.parse_args(argv)
-
+def run(args: ServerThroughputArguments) -> int:
+    """Load the server as ``args`` say, print the table; exit 1 when a request failed."""
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.model
+        model_dir = Path(args.model) if args.model else None
         if model_dir is None:
             from paco_reward.testing import build_tiny_model
 
@@ -168,8 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.output:
         report = {"in_process_pairs_per_s": in_process, **{k: asdict(v) for k, v in runs.items()}}
-        args.output.write_text(json.dumps(report, indent=2))
-    return 0 if all(r.errors == 0 for r in runs.values()) else 1
+        Path(args.output).write_text(json.dumps(report, indent=2))
+    failed = {label: r.errors for label, r in runs.items() if r.errors}
+    if failed:
+        raise RuntimeError(f"requests failed under load: {failed}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    command = Command("server-throughput", ServerThroughputArguments, run, "Load the server.")
+    return run_cli(PROG, __doc__.splitlines()[0], [command], argv)
 
 
 if __name__ == "__main__":

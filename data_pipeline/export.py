@@ -18,9 +18,11 @@ Outputs under ``out_dir``:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ from data_pipeline.storage import (
     write_json,
     write_jsonl,
 )
+from paco_reward.atomic_io import atomic_write_bytes
 from paco_reward.schema import PAIR_COLUMNS, pair_features
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
@@ -59,6 +62,13 @@ class ExportConfig:
     llamafactory: bool = field(
         default=True, metadata={"help": "Also write LLaMA-Factory sharegpt JSON."}
     )
+    dataset_name: str = field(
+        default="paco",
+        metadata={
+            "help": "LLaMA-Factory dataset name: the splits are listed as <name>_train / "
+            "<name>_test in dataset_info.json, next to other names already there."
+        },
+    )
     consistency_rank: bool = field(
         default=True,
         metadata={"help": "Also write the ConsistencyRank benchmark layout of the test prompts."},
@@ -76,6 +86,10 @@ class ExportConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in [0, 1); got {self.test_fraction}.")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.dataset_name):
+            raise ValueError(
+                f"dataset_name must be letters, digits, '_', '.' or '-'; got {self.dataset_name!r}."
+            )
         if self.rank_ties not in ("collapse", "skip"):
             raise ValueError(f"rank_ties must be 'collapse' or 'skip'; got {self.rank_ties!r}.")
 
@@ -200,20 +214,36 @@ def export_hf(splits: dict[str, list[dict]], out_dir: Path):
 
 
 def export_llamafactory(splits: dict[str, list[dict]], out_dir: Path, name: str = "paco") -> Path:
-    """LLaMA-Factory sharegpt files: ``<name>_<split>.json`` (``messages`` with two
-    ``<image>`` tags, ``images`` relative to the folder) and ``dataset_info.json``."""
+    """LLaMA-Factory sharegpt files under ``out_dir/llamafactory``.
+
+    Writes ``<name>_<split>.json`` for each non-empty split (``messages`` with two
+    ``<image>`` tags, ``images`` relative to the folder) and lists them in
+    ``dataset_info.json``, keeping the entries of other dataset names already there, so
+    several exports can share one ``dataset_dir``. Images are named by the SHA-256 of their
+    bytes (``images/<hash>.<ext>``): an export is the same bytes from any path and on any
+    machine, and an image shared by several pairs is stored once. Image files that no
+    listed dataset references any more are removed.
+    """
     folder = out_dir / "llamafactory"
-    info = {}
+    info_path = folder / "dataset_info.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    for split in ("train", "test"):  # this name's old entries go; the non-empty ones return
+        info.pop(f"{name}_{split}", None)
+        stale = folder / f"{name}_{split}.json"
+        if not splits.get(split) and stale.is_file():
+            stale.unlink()
     for split, rows in splits.items():
+        if not rows:
+            continue
         records = []
         for r in rows:
             images = []
             for key in ("image_a", "image_b"):
-                src = Path(r[key])
-                rel = Path("images") / r["prompt_id"] / f"{stable_id(src.resolve())}{src.suffix}"
+                data = Path(r[key]).read_bytes()
+                rel = f"images/{hashlib.sha256(data).hexdigest()}{Path(r[key]).suffix.lower()}"
                 if not (folder / rel).is_file():
-                    copy_atomic(src, folder / rel)
-                images.append(str(rel))
+                    atomic_write_bytes(folder / rel, data)
+                images.append(rel)
             user, assistant = r["messages"]
             instruction = next(p["text"] for p in user["content"] if p["type"] == "text")
             records.append(
@@ -238,8 +268,29 @@ def export_llamafactory(splits: dict[str, list[dict]], out_dir: Path, name: str 
                 "assistant_tag": "assistant",
             },
         }
-    write_json(folder / "dataset_info.json", info)
+    write_json(info_path, dict(sorted(info.items())))
+    _remove_unreferenced_images(folder, info)
     return folder
+
+
+def _remove_unreferenced_images(folder: Path, info: dict) -> None:
+    referenced = {
+        image
+        for entry in info.values()
+        if (folder / entry["file_name"]).is_file()
+        for record in json.loads((folder / entry["file_name"]).read_text())
+        for image in record.get("images", [])
+    }
+    removed = 0
+    for path in (folder / "images").rglob("*") if (folder / "images").is_dir() else []:
+        if path.is_file() and path.relative_to(folder).as_posix() not in referenced:
+            path.unlink()
+            removed += 1
+    for sub in sorted((folder / "images").rglob("*"), reverse=True) if removed else []:
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    if removed:
+        logger.info("llamafactory: removed %d image(s) no record references", removed)
 
 
 def export_consistency_rank(
@@ -318,7 +369,7 @@ def export_dataset(
     }
     export_hf(splits, out_dir)
     if config.llamafactory:
-        export_llamafactory(splits, out_dir)
+        export_llamafactory(splits, out_dir, config.dataset_name)
     if config.consistency_rank:
         export_consistency_rank(work_dir, out_dir, test_ids, config.rank_ties)
     write_json(

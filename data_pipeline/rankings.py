@@ -4,6 +4,13 @@ Input JSONL, one ranking per line::
 
     {"instance_id": "...", "annotator": "a1", "ranking": [2, [0, 1], 3]}
 
+Rankings come from files (``paco-data rankings WORK R1.jsonl ...``) and from the work
+folder's own store ``annotations.jsonl``, which ``paco-data annotate`` appends to (same
+format plus ``time``; one record per annotator per instance, fsync'ed). Every merge reads
+both. When the store has grown since the last merge, :func:`read_merged` (what
+``paco-data pairs`` and ``export`` read) merges again with the files of the last merge
+(recorded in ``agreement.json``), so stored rankings reach the pairs with no extra step.
+
 ``ranking`` lists candidate indices (into the instance's ``candidates``) best first;
 a nested list is a tie. ``order`` is accepted as an alias of ``ranking`` and an
 optional ``ties`` (list of index lists) marks further ties. Several annotators of one
@@ -16,6 +23,7 @@ whose merged scores are equal stay tied, and ties are discarded when pairs are m
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import defaultdict
@@ -23,12 +31,19 @@ from itertools import combinations
 from pathlib import Path
 
 from data_pipeline.instances import read_instances
-from data_pipeline.storage import DataPipelineError, read_jsonl, write_json, write_jsonl
+from data_pipeline.storage import (
+    AppendOnlyJsonl,
+    DataPipelineError,
+    read_jsonl,
+    write_json,
+    write_jsonl,
+)
 
 logger = logging.getLogger(__name__)
 
 MERGED_FILE = "rankings.jsonl"
 AGREEMENT_FILE = "agreement.json"
+ANNOTATIONS_FILE = "annotations.jsonl"
 METHODS = ("borda", "majority")
 
 Groups = list[list[int]]
@@ -95,6 +110,33 @@ def normalise_ranking(
     return groups
 
 
+def check_ranking(record: dict, where: str, instances: dict[str, dict] | None = None) -> dict:
+    """One raw ranking record -> ``{"instance_id", "annotator", "ranking": groups}`` (plus
+    ``time`` and ``seconds`` when the record has them); with ``instances`` it is checked
+    against its instance.
+
+    Raises:
+        DataPipelineError: malformed ranking or an unknown instance id.
+    """
+    instance_id = record.get("instance_id")
+    n = names = None
+    if instances is not None:
+        if instance_id not in instances:
+            raise DataPipelineError(
+                f"{where}: unknown instance_id {instance_id!r}; rankings must refer to "
+                "instances.jsonl of the same work folder."
+            )
+        n = len(instances[instance_id]["candidates"])
+        names = candidate_names(instances[instance_id])
+    out = {
+        "instance_id": instance_id,
+        "annotator": str(record["annotator"]) if "annotator" in record else None,
+        "ranking": normalise_ranking(record, n, where, names),
+    }
+    out.update({k: record[k] for k in ("time", "seconds") if k in record})
+    return out
+
+
 def load_rankings(path: str | Path, instances: dict[str, dict] | None = None) -> list[dict]:
     """Read raw rankings; with ``instances`` each is checked against its instance.
 
@@ -105,24 +147,33 @@ def load_rankings(path: str | Path, instances: dict[str, dict] | None = None) ->
     """
     out = []
     for line, record in enumerate(read_jsonl(path), start=1):
-        where = f"{path}:{line}"
-        instance_id = record.get("instance_id")
-        n = names = None
-        if instances is not None:
-            if instance_id not in instances:
-                raise DataPipelineError(
-                    f"{where}: unknown instance_id {instance_id!r}; rankings must refer to "
-                    "instances.jsonl of the same work folder."
-                )
-            n = len(instances[instance_id]["candidates"])
-            names = candidate_names(instances[instance_id])
-        out.append(
-            {
-                "instance_id": instance_id,
-                "annotator": str(record.get("annotator", f"a{line}")),
-                "ranking": normalise_ranking(record, n, where, names),
-            }
-        )
+        checked = check_ranking(record, f"{path}:{line}", instances)
+        if checked["annotator"] is None:
+            checked["annotator"] = f"a{line}"
+        out.append(checked)
+    return out
+
+
+def annotation_store(work_dir: str | Path) -> AppendOnlyJsonl:
+    """The work folder's append-only ranking store (``annotations.jsonl``)."""
+    return AppendOnlyJsonl(Path(work_dir) / ANNOTATIONS_FILE)
+
+
+def load_annotations(work_dir: str | Path, instances: dict[str, dict] | None = None) -> list[dict]:
+    """The rankings stored in the work folder by ``paco-data annotate`` (empty if none),
+    checked like :func:`load_rankings`. A line cut by a killed process is skipped.
+
+    Raises:
+        DataPipelineError: a stored record without annotator, or malformed (see
+            :func:`check_ranking`).
+    """
+    out = []
+    for number, record in enumerate(annotation_store(work_dir).load(), start=1):
+        where = f"{ANNOTATIONS_FILE} record {number}"
+        checked = check_ranking(record, where, instances)
+        if checked["annotator"] is None:
+            raise DataPipelineError(f"{where}: stored ranking has no 'annotator'.")
+        out.append(checked)
     return out
 
 
@@ -272,21 +323,98 @@ def merge_rankings(
 
 
 def ingest_rankings(
-    work_dir: str | Path, rankings_path: str | Path | list[str | Path], method: str = "borda"
+    work_dir: str | Path,
+    rankings_path: str | Path | list[str | Path] | None = None,
+    method: str = "borda",
 ) -> Path:
-    """Stage 4: read raw rankings (one file or several, e.g. one per annotator), check them
-    against ``instances.jsonl``, merge, write ``rankings.jsonl`` and ``agreement.json``."""
+    """Stage 4: read raw rankings (one file or several, e.g. one per annotator) and the work
+    folder's own store ``annotations.jsonl``, check them against ``instances.jsonl``, merge,
+    write ``rankings.jsonl`` and ``agreement.json``.
+
+    ``agreement.json`` also records the files (``sources``) and how much of the store
+    (``annotations_bytes``) went into the merge, for :func:`refresh_rankings`.
+
+    Raises:
+        DataPipelineError: no ranking at all, or a malformed one.
+    """
     work_dir = Path(work_dir)
     instances = read_instances(work_dir)
-    paths = rankings_path if isinstance(rankings_path, list) else [rankings_path]
+    if rankings_path is None:
+        paths = []
+    else:
+        paths = rankings_path if isinstance(rankings_path, list) else [rankings_path]
     raw = [r for p in paths for r in load_rankings(p, instances)]
+    # Measured before reading: a record appended meanwhile leaves the merge marked stale.
+    store_bytes = _store_bytes(work_dir)
+    raw += load_annotations(work_dir, instances)
+    if not raw:
+        raise DataPipelineError(
+            f"no rankings for {work_dir}: give ranking files, or rank the instances with "
+            f"`paco-data annotate {work_dir}` first."
+        )
     merged, agreement = merge_rankings(raw, instances, method)
+    agreement["sources"] = [str(Path(p).resolve()) for p in paths]
+    agreement["annotations_bytes"] = store_bytes
     write_jsonl(work_dir / MERGED_FILE, merged)
     write_json(work_dir / AGREEMENT_FILE, agreement)
     logger.info("rankings: %d raw -> %d merged; agreement %s", len(raw), len(merged), agreement)
     return work_dir / MERGED_FILE
 
 
+def _store_bytes(work_dir: Path) -> int:
+    path = work_dir / ANNOTATIONS_FILE
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _agreement(work_dir: Path) -> dict:
+    path = work_dir / AGREEMENT_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def merge_sources(work_dir: str | Path) -> tuple[list[str], str]:
+    """The ranking files and the method of the work folder's last merge (from
+    ``agreement.json``); none and ``"borda"`` before the first.
+
+    Raises:
+        DataPipelineError: ``rankings.jsonl`` exists but ``agreement.json`` does not say
+            which files it came from (written by an older version): re-run ``paco-data
+            rankings`` once.
+    """
+    work_dir = Path(work_dir)
+    if not (work_dir / MERGED_FILE).is_file():
+        return [], "borda"
+    agreement = _agreement(work_dir)
+    if "sources" not in agreement:
+        raise DataPipelineError(
+            f"{work_dir / MERGED_FILE} exists but {AGREEMENT_FILE} does not record the ranking "
+            f"files it was merged from; re-run `paco-data rankings {work_dir} FILES...` once so "
+            "new rankings are merged with them instead of replacing them."
+        )
+    return list(agreement["sources"]), agreement.get("method", "borda")
+
+
+def merge_is_stale(work_dir: str | Path) -> bool:
+    """Whether ``annotations.jsonl`` has changed since ``rankings.jsonl`` was merged."""
+    work_dir = Path(work_dir)
+    store_bytes = _store_bytes(work_dir)
+    if not (work_dir / MERGED_FILE).is_file():
+        return store_bytes > 0
+    return store_bytes != _agreement(work_dir).get("annotations_bytes", 0)
+
+
+def refresh_rankings(work_dir: str | Path) -> Path:
+    """Re-merge the work folder's rankings after its store changed: the files of the last
+    merge (see :func:`merge_sources`) plus ``annotations.jsonl``, with the same method."""
+    sources, method = merge_sources(work_dir)
+    return ingest_rankings(work_dir, [Path(p) for p in sources], method)
+
+
 def read_merged(work_dir: str | Path) -> dict[str, dict]:
-    """Merged rankings of a work folder by ``instance_id``."""
-    return {r["instance_id"]: r for r in read_jsonl(Path(work_dir) / MERGED_FILE)}
+    """Merged rankings of a work folder by ``instance_id``; merged again first when
+    ``paco-data annotate`` has stored rankings since (:func:`merge_is_stale`), so the next
+    stage always sees every stored ranking."""
+    work_dir = Path(work_dir)
+    if merge_is_stale(work_dir):
+        logger.info("rankings: %s has new rankings; merging them", ANNOTATIONS_FILE)
+        refresh_rankings(work_dir)
+    return {r["instance_id"]: r for r in read_jsonl(work_dir / MERGED_FILE)}

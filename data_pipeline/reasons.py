@@ -25,7 +25,6 @@ import asyncio
 import base64
 import io
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from tqdm.auto import tqdm
 
 from data_pipeline.storage import AppendOnlyJsonl, DataPipelineError
 from paco_reward.images import load_image
+from paco_reward.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +368,8 @@ async def aannotate_reasons(
         "reasons: %d pairs, %d already done, %d to ask", len(pairs), stats.skipped, len(todo)
     )
     semaphore = asyncio.Semaphore(concurrency)
-    rng = random.Random(0)
+    # transient errors (connection, 408, 429, 5xx) and rejected reasons are asked again
+    policy = RetryPolicy(max_attempts - 1, backoff_s, max_backoff_s, seed=0)
     bar = tqdm(total=len(todo), desc="reasons", disable=not progress, leave=False)
 
     async def one(pair: dict) -> None:
@@ -379,33 +380,45 @@ async def aannotate_reasons(
                     load_image(_resolve(pair["image_a"], root), name=f"{pair['pair_id']}.image_a"),
                     load_image(_resolve(pair["image_b"], root), name=f"{pair['pair_id']}.image_b"),
                 )
-            for attempt in range(1, max_attempts + 1):
-                stats.requests += 1
-                try:
-                    text = await teacher.areason(pair, *images)
-                    reasons = check_reason(text, int(pair["label"]))
-                except ReasonRejected as err:
-                    stats.rejected += 1
-                    logger.info("pair %s attempt %d rejected: %s", pair["pair_id"], attempt, err)
-                except Exception as err:  # network, server, rate limit: retry with back-off
-                    stats.errors += 1
-                    logger.warning("pair %s attempt %d failed: %r", pair["pair_id"], attempt, err)
-                else:
-                    store.add(pair, reasons, teacher.name, attempt)
-                    stats.done += 1
-                    bar.update()
-                    return
-                if attempt < max_attempts:
-                    delay = min(max_backoff_s, backoff_s * 2 ** (attempt - 1))
-                    await asyncio.sleep(delay * (0.5 + rng.random() / 2))
-            stats.failed += 1
-            bar.update()
-            logger.error(
-                "pair %s: no acceptable reason after %d attempts; it stays without a reason "
-                "(re-run to retry).",
-                pair["pair_id"],
-                max_attempts,
-            )
+            attempts = 0
+
+            def retry_on(err: BaseException) -> bool:
+                return isinstance(err, ReasonRejected) or policy.is_transient(err)
+
+            try:
+                async for attempt in policy.async_retrying(retry_on=retry_on):
+                    with attempt:
+                        attempts += 1
+                        stats.requests += 1
+                        try:
+                            text = await teacher.areason(pair, *images)
+                            reasons = check_reason(text, int(pair["label"]))
+                        except ReasonRejected as err:
+                            stats.rejected += 1
+                            logger.info(
+                                "pair %s attempt %d rejected: %s", pair["pair_id"], attempts, err
+                            )
+                            raise
+                        except Exception as err:
+                            stats.errors += 1
+                            logger.warning(
+                                "pair %s attempt %d failed: %r", pair["pair_id"], attempts, err
+                            )
+                            raise
+                store.add(pair, reasons, teacher.name, attempts)
+                stats.done += 1
+            except Exception as err:
+                stats.failed += 1
+                if not retry_on(err):  # a 401, a bug: asking again cannot help, stop the run
+                    raise
+                logger.error(
+                    "pair %s: no acceptable reason after %d attempts; it stays without a reason "
+                    "(re-run to retry).",
+                    pair["pair_id"],
+                    attempts,
+                )
+            finally:
+                bar.update()
 
     try:
         await asyncio.gather(*(one(p) for p in todo))

@@ -1,36 +1,58 @@
-"""Run the demo: ``python -m demo --output-dir demo_output`` (what ``make demo`` does)."""
+"""Run the demo: ``python -m demo --output_dir demo_output`` (what ``make demo`` does)."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from demo.context import DemoContext, make_reproducible
+from paco_reward.command_line import Command, config_field, run_cli
 
 STAGES = ["scoring", "data", "train", "server", "benchmarks", "grpo", "grpo_edit"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output-dir", type=Path, default=Path("demo_output"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (fixed, for reproducibility)"
+@dataclass
+class DemoArguments:
+    """Every capability of paco-rl on tiny offline models and synthetic data."""
+
+    output_dir: str = config_field("demo_output", help="Where every artifact goes.")
+    seed: int = config_field(0, help="Seed of every stage.")
+    threads: int = config_field(
+        2,
+        help="torch CPU threads, fixed so that a rerun on the same machine gives the same numbers.",
     )
-    parser.add_argument("--stages", nargs="*", default=STAGES, choices=STAGES)
-    args = parser.parse_args(argv)
+    stages: list[str] = config_field(lambda: list(STAGES), help=f"Stages to run, of {STAGES}.")
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; the stages are {STAGES}.")
+
+
+def run(args: DemoArguments) -> int:
     make_reproducible(args.seed, args.threads)
-    ctx = DemoContext(output_dir=args.output_dir, seed=args.seed)
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = Path(args.output_dir)
+    ctx = DemoContext(output_dir=output_dir, seed=args.seed)
+    output_dir.mkdir(parents=True, exist_ok=True)
     for name in args.stages:
         start = time.perf_counter()
         print(f"\n##### stage: {name}")
         importlib.import_module(f"demo.stage_{name}").run(ctx)
         print(f"##### stage {name} done in {time.perf_counter() - start:.1f}s")
-    print(f"\nDemo finished; artifacts in {args.output_dir}/")
+    print(f"\nDemo finished; artifacts in {output_dir}/")
+    if "annotate_command" in ctx.artifacts:
+        print(f"Rank the demo's instances in your browser: {ctx.artifacts['annotate_command']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m demo``; returns the exit status."""
+    command = Command("demo", DemoArguments, run, "Run the demo.")
+    return run_cli("python -m demo", __doc__.splitlines()[0], [command], argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,6 +7,10 @@ Artifacts: ``pair_dataset_dir`` (the export folder with ``hf/`` and ``parquet/``
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 from data_pipeline.export import ExportConfig
 from data_pipeline.pipeline import SyntheticConfig, run_synthetic
 from data_pipeline.stats import stats_rows
@@ -41,9 +45,30 @@ def run(ctx: DemoContext) -> None:
         ["category", "consistent", "inconsistent"],
         [[c, v["consistent"], v["inconsistent"]] for c, v in stats["pairs"]["by_category"].items()],
     )
+    annotate_hint(ctx, work)
     export = work / "export"
     ctx.artifacts["pair_dataset_dir"] = export
     ctx.artifacts["consistency_rank_dir"] = export / "consistency_rank"
     ctx.artifacts["label_ceiling"] = stats["synthetic_truth"]["label_ceiling"]
     assert (export / "hf" / "dataset_dict.json").is_file()
     assert stats["pairs"]["consistent"] > 0 and stats["pairs"]["inconsistent"] > 0
+
+
+def annotate_hint(ctx: DemoContext, work: Path) -> None:
+    """Check that the annotation app serves this folder's instances (in-process, no port),
+    then print the command that ranks them in a browser; human rankings join the simulated
+    ones the next time `paco-data pairs` runs."""
+    from fastapi.testclient import TestClient
+
+    from data_pipeline.annotate import AnnotateConfig, create_app
+
+    client = TestClient(create_app(AnnotateConfig(work, key_env="")), base_url="http://127.0.0.1")
+    view = client.get("/api/next", params={"annotator": "you"}).json()["instance"]
+    assert view is not None and len(view["candidates"]) >= 2
+    script = Path(sys.executable).with_name("paco-data")
+    command = f"{os.path.relpath(script) if script.is_file() else 'paco-data'} annotate {work}"
+    print(
+        f"\nRank the {view['total']} instances yourself (browser, keys 1-9 / drag): "
+        f"{command} --annotator you\n  then open http://127.0.0.1:8765/"
+    )
+    ctx.artifacts["annotate_command"] = f"{command} --annotator you"

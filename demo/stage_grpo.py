@@ -63,8 +63,8 @@ def run(ctx: DemoContext) -> None:
         "model_name_or_path": str(flux_dir),
         "output_dir": str(out),
         "seed": ctx.seed,
-        "max_epochs": EPOCHS,
-        "group_size": 8,
+        "num_train_epochs": EPOCHS,
+        "num_generations": 8,
         "sample_batch_size": 4,
         "rewards": {"consistency": 1.0, "clip_t": 1.0},
         "aggregator": "log_tamed",
@@ -101,7 +101,7 @@ def run(ctx: DemoContext) -> None:
         for row in history
     ]
     print_table(
-        f"PaCo-GRPO on tiny FLUX ({config.prompts_per_epoch} prompts x {config.group_size} images "
+        f"PaCo-GRPO on tiny FLUX ({config.prompts_per_epoch} prompts x {config.num_generations} images "
         f"per epoch, {config.train.resolution}² train / {config.test.resolution}² eval), "
         f"consistency: {evaluator}, clip_t: tiny CLIP, log taming delta "
         f"{config.log_taming_threshold}, rewards overlapped with sampling",

@@ -17,6 +17,7 @@ from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
 
 EPOCHS = 6
+RECIPE = "recipes/grpo_kontext_tiny_cpu.yaml"
 
 
 def run(ctx: DemoContext) -> None:
@@ -24,27 +25,26 @@ def run(ctx: DemoContext) -> None:
     prompts = write_tiny_edit_prompts(ctx.path("grpo_edit", "prompts.parquet"), seed=ctx.seed)
     out = ctx.path("grpo_edit", "run")
     weights = {"panel_colour_agreement": 1.0}
-    rewards = {"panel_colour_agreement": reward_registry.build_reward("panel_colour_agreement")}
-    evaluator = ctx.artifacts.get("trained_evaluator") or ctx.artifacts.get("untrained_evaluator")
-    if evaluator is not None and "edit_consistency" in reward_registry.REWARDS:
-        weights["edit_consistency"] = 1.0
-        rewards["edit_consistency"] = reward_registry.build_reward(
-            "edit_consistency", model=str(evaluator)
-        )
     overrides = {
         "model_name_or_path": str(model_dir),
         "prompt_file": str(prompts),
         "output_dir": str(out),
         "seed": ctx.seed,
-        "max_epochs": EPOCHS,
-        "rewards": weights,
-        "aggregator": "log_tamed" if len(weights) > 1 else "weighted_sum",
+        "num_train_epochs": EPOCHS,
         "save_every": 0,
         "test.every": 3,
-        "tensorboard": False,
+        "report_to": [],
     }
-    config = GRPOConfig.from_yaml("recipes/grpo_kontext_tiny_cpu.yaml", overrides)
-    trainer = GRPOTrainer(config, rewards=rewards)
+    evaluator = ctx.artifacts.get("trained_evaluator") or ctx.artifacts.get("untrained_evaluator")
+    if evaluator is not None and "edit_consistency" in reward_registry.REWARDS:
+        weights["edit_consistency"] = 1.0
+        overrides["reward_kwargs.edit_consistency.model"] = str(evaluator)
+    overrides["rewards"] = weights
+    overrides["aggregator"] = "log_tamed" if len(weights) > 1 else "weighted_sum"
+    # The rewards come from the recipe's reward_kwargs (the edit is one image: the colour
+    # reward compares its four quarters, layout 2x2), built by the trainer.
+    config = GRPOConfig.from_yaml(RECIPE, overrides)
+    trainer = GRPOTrainer(config)
     groups = {trainer.group_key(item) for item in trainer.items}
     sizes = sorted({item.metadata["source_image"].size for item in trainer.items})
     history = trainer.train()

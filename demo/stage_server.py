@@ -1,5 +1,6 @@
 """Stage: serve the evaluator over HTTP on loopback, score through ``PacoReward.from_server``,
-check the scores equal in-process scoring, and compare throughputs.
+check the scores equal in-process scoring, spread requests over two replicas (one killed
+mid-way), and compare throughputs.
 
 The server is ``paco-reward serve`` in a child process (as deployed: its own interpreter),
 bound to 127.0.0.1 on a free port, and stopped at the end."""
@@ -59,6 +60,23 @@ def run(ctx: DemoContext) -> None:
         )
         print(f"largest difference: {gap:.2e} (must be < 1e-4)")
         assert gap < 1e-4, f"remote and in-process scores differ by {gap}"
+
+        # Replicas: a second server; it is killed mid-way and the client carries on.
+        with _server_for(model) as second:
+            replicas = PacoReward.from_server(
+                [server.base_url, second.base_url], "paco-demo", cache_size=0
+            )
+            before_kill = replicas.score_pairs(pairs[8:16])
+            second.kill()
+            after_kill = replicas.score_pairs(pairs[16:24])
+            spread = replicas.backend.replica_info()
+        gap = float(np.max(np.abs(np.r_[before_kill, after_kill] - local.score_pairs(pairs[8:24]))))
+        print(
+            "two replicas, the second killed after 8 pairs: "
+            + ", ".join(f"{r['url']} sent {r['sent']}, down={r['down']}" for r in spread)
+            + f"; largest difference from in-process {gap:.2e}"
+        )
+        assert gap < 1e-4 and spread[1]["down"], (gap, spread)
 
         in_process = measure_in_process(local, pairs, SECONDS)
         load = measure_server(server.base_url, "paco-demo", pairs, CLIENTS, SECONDS)

@@ -36,9 +36,9 @@ from paco_reward.baselines import CLIPImageScorer, PixelScorer
 from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.training import PacoSFTConfig
 from paco_reward.training.cli import run_training
+from paco_reward.training.loading import load_pair_dataset_dict
 from paco_reward.training.metrics import decision_metrics, roc_auc
 from paco_reward.training.sft_config import TOY_DATASET
-from paco_reward.training.sft_trainer import load_pair_dataset_dict
 
 # The model's view of a 64-px panel: 112 x 112 pixels, 16 vision tokens.
 IMAGE_PIXELS = 112 * 112
@@ -260,6 +260,10 @@ def _run_toy(ctx: DemoContext, output_dir: Path) -> None:
         ["evaluator", "accuracy", "ROC-AUC"],
         [
             ["PacoReward.score", scored["score_accuracy"], scored["roc_auc"]],
-            ["teacher-forced (trainer)", metrics["eval_decision_accuracy"], metrics["eval_roc_auc"]],
+            [
+                "teacher-forced (trainer)",
+                metrics["eval_decision_accuracy"],
+                metrics["eval_roc_auc"],
+            ],
         ],
     )

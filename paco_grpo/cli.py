@@ -1,55 +1,50 @@
-"""``paco-grpo``: Flow-GRPO training from a YAML recipe.
+"""``paco-grpo``: Flow-GRPO training from a YAML recipe, and the tiny offline generators.
 
-    paco-grpo train recipes/grpo_flux_t2is.yaml --max_epochs 50 --train.resolution 512
+    paco-grpo train recipes/grpo_flux_t2is.yaml --num_train_epochs 50 --train.resolution 512
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
 
-Overrides are ``--dotted.field value`` (or ``--field=value``); values are parsed as YAML
-(``--rewards '{consistency: 1.0}'``). Reward names resolve here, through
-:func:`paco_grpo.rewards.build_rewards`, before any model loads.
+Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
+``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
+:mod:`paco_reward.command_line`. Reward names resolve, and their models load, before the
+generator does.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
+from dataclasses import dataclass
+from typing import Literal
 
-import yaml
+from paco_grpo.grpo_config import GRPOConfig
+from paco_reward.command_line import Command, config_field, run_cli
 
-__all__ = ["main", "parse_overrides"]
-
-
-def parse_overrides(tokens: list[str]) -> dict:
-    """``["--a.b", "1", "--c=x"]`` -> ``{"a.b": 1, "c": "x"}``.
-
-    Raises:
-        ValueError: a token that is not ``--key`` or a key without a value.
-    """
-    out, k = {}, 0
-    while k < len(tokens):
-        token = tokens[k]
-        if not token.startswith("--") or token == "--":
-            raise ValueError(f"Expected an override like --train.resolution 512; got {token!r}.")
-        key = token[2:]
-        if "=" in key:
-            key, value = key.split("=", 1)
-            k += 1
-        else:
-            if k + 1 >= len(tokens):
-                raise ValueError(f"Override --{key} has no value.")
-            value = tokens[k + 1]
-            k += 2
-        out[key.replace("-", "_")] = yaml.safe_load(value)
-    return out
+__all__ = ["main"]
 
 
-def _train(args, extra: list[str]) -> int:
-    from paco_grpo.grpo_config import GRPOConfig
+@dataclass
+class TinyFluxArguments:
+    """Build the tiny offline FLUX pipeline folder the CPU recipes use."""
+
+    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class TinyEditArguments:
+    """Build a tiny offline editing pipeline folder (FLUX.1-Kontext or Qwen-Image-Edit shaped)."""
+
+    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
+    pipeline: Literal["flux_kontext", "qwen_image_edit"] = config_field(
+        "flux_kontext", help="Which editing pipeline to build."
+    )
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+def train(config: GRPOConfig) -> int:
     from paco_grpo.grpo_trainer import GRPOTrainer
     from paco_grpo.rewards import build_rewards
 
-    config = GRPOConfig.from_yaml(args.recipe, parse_overrides(extra))
     rewards = build_rewards(config.rewards, config.reward_kwargs)
     test_rewards = None
     if config.test.rewards is not None or config.test.reward_kwargs is not None:
@@ -69,18 +64,14 @@ def _train(args, extra: list[str]) -> int:
     return 0
 
 
-def _tiny_flux(args, extra: list[str]) -> int:
+def tiny_flux(args: TinyFluxArguments) -> int:
     from paco_grpo.testing.flux import build_tiny_flux
 
-    if extra:
-        raise ValueError(f"tiny-flux takes no overrides; got {extra}.")
     print(build_tiny_flux(args.output_dir, seed=args.seed))
     return 0
 
 
-def _tiny_edit(args, extra: list[str]) -> int:
-    if extra:
-        raise ValueError(f"tiny-edit takes no overrides; got {extra}.")
+def tiny_edit(args: TinyEditArguments) -> int:
     if args.pipeline == "flux_kontext":
         from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext as build
     else:
@@ -89,37 +80,16 @@ def _tiny_edit(args, extra: list[str]) -> int:
     return 0
 
 
+COMMANDS = [
+    Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
+    Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
+    Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``paco-grpo``; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="paco-grpo", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser(
-        "train", help="Run Flow-GRPO from a YAML recipe (+ --key value overrides)."
-    )
-    train.add_argument("recipe", help="YAML recipe of GRPOConfig fields.")
-    train.set_defaults(func=_train)
-    tiny = sub.add_parser("tiny-flux", help="Build the tiny offline FLUX pipeline folder.")
-    tiny.add_argument("output_dir")
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.set_defaults(func=_tiny_flux)
-    edit = sub.add_parser(
-        "tiny-edit", help="Build a tiny offline editing pipeline folder (FLUX.1-Kontext-shaped)."
-    )
-    edit.add_argument("output_dir")
-    edit.add_argument(
-        "--pipeline", choices=("flux_kontext", "qwen_image_edit"), default="flux_kontext"
-    )
-    edit.add_argument("--seed", type=int, default=0)
-    edit.set_defaults(func=_tiny_edit)
-    args, extra = parser.parse_known_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        return args.func(args, extra)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"paco-grpo: error: {err}", file=sys.stderr)
-        return 2
+    return run_cli("paco-grpo", __doc__.splitlines()[0], COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@ A T2IS line holds ``idx``, the grid ``prompt`` (layout + global description + on
 description per panel), ``layout``, ``height``/``width``, ``theme`` and ``criteria``.
 Each becomes a :class:`PromptItem` whose ``id`` groups its samples.
 
+Every T2IS or text prompt gets its grid layout when the file is read, in this order: the
+line's ``layout`` field, the layout the prompt itself names ("... with a 1x4 grid
+layout"), then the ``layout`` the caller (the recipe) gives. A prompt with none of these is
+a :class:`~paco_reward.errors.LayoutError` naming the line: no reward ever guesses one.
+
 A parquet file (editing data) has a ``prompt`` column, an ``image`` column (encoded
 bytes, a ``{"bytes", "path"}`` struct as ``datasets`` writes it, or a path) and
 optionally ``id``/``idx``, ``height``, ``width``; the source image lands in
@@ -21,8 +26,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paco_reward.errors import PromptError
-from paco_reward.grids import split_panel_prompts
+from paco_reward.errors import LayoutError, PromptError
+from paco_reward.grids import parse_layout, split_panel_prompts
 from paco_reward.images import image_hash
 
 logger = logging.getLogger(__name__)
@@ -41,7 +46,27 @@ class PromptItem:
     metadata: dict = field(default_factory=dict)
 
 
-def _t2is(path: Path) -> list[PromptItem]:
+def resolve_layout(where: str, prompt: str, line_layout: str | None, fallback: str | None) -> str:
+    """The ``"RxC"`` layout of one prompt: the line's field, else the prompt's own, else
+    ``fallback``; raises :class:`LayoutError` naming ``where`` when there is none."""
+    for candidate in (line_layout, prompt):
+        if candidate:
+            try:
+                rows, cols = parse_layout(candidate)
+                return f"{rows}x{cols}"
+            except LayoutError:
+                if candidate is line_layout:
+                    raise LayoutError(f"{where}: invalid layout {line_layout!r}.") from None
+    if fallback:
+        rows, cols = parse_layout(fallback)
+        return f"{rows}x{cols}"
+    raise LayoutError(
+        f"{where}: no grid layout: the line has no 'layout' field and the prompt names none "
+        f"({prompt[:80]!r}); add one (e.g. '2x2') or set the recipe's `layout`."
+    )
+
+
+def _t2is(path: Path, layout: str | None) -> list[PromptItem]:
     items = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -58,7 +83,7 @@ def _t2is(path: Path) -> list[PromptItem]:
             raise PromptError(f"{path}:{lineno}: a T2IS line needs a non-empty 'prompt' string.")
         global_text, panels = split_panel_prompts(row["prompt"])
         metadata = {
-            "layout": row.get("layout"),
+            "layout": resolve_layout(f"{path}:{lineno}", row["prompt"], row.get("layout"), layout),
             "theme": row.get("theme"),
             "criteria": row.get("criteria"),
             "category": row.get("category"),
@@ -77,12 +102,20 @@ def _t2is(path: Path) -> list[PromptItem]:
     return items
 
 
-def _text(path: Path) -> list[PromptItem]:
+def _text(path: Path, layout: str | None) -> list[PromptItem]:
     lines = path.read_text(encoding="utf-8").splitlines()
-    return [PromptItem(id=str(k), prompt=t.strip()) for k, t in enumerate(lines) if t.strip()]
+    return [
+        PromptItem(
+            id=str(k),
+            prompt=t.strip(),
+            metadata={"layout": resolve_layout(f"{path}:{k + 1}", t, None, layout)},
+        )
+        for k, t in enumerate(lines)
+        if t.strip()
+    ]
 
 
-def _parquet(path: Path) -> list[PromptItem]:
+def _parquet(path: Path, layout: str | None) -> list[PromptItem]:
     import pyarrow.parquet as pq
 
     from paco_reward.errors import InvalidImageError
@@ -114,14 +147,19 @@ def _parquet(path: Path) -> list[PromptItem]:
     return items
 
 
-def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
+def load_prompts(
+    path: str | Path, format: str = "auto", layout: str | None = None
+) -> list[PromptItem]:
     """Read prompts from a T2IS JSONL (``format="t2is"``), a text file (``"text"``) or a
     (prompt, image) parquet file (``"parquet"``).
 
     ``"auto"`` picks T2IS for ``.jsonl``/``.json``, parquet for ``.parquet`` and text otherwise.
+    T2IS and text prompts get ``metadata["layout"]`` (see the module docstring for the
+    order); ``layout`` is the last resort.
 
     Raises:
         PromptError: missing file, empty file, malformed line or duplicate ids.
+        LayoutError: a grid prompt whose layout cannot be found, naming its line.
     """
     path = Path(path)
     if not path.is_file():
@@ -133,7 +171,7 @@ def load_prompts(path: str | Path, format: str = "auto") -> list[PromptItem]:
         raise PromptError(
             f"prompt format must be 'auto', 't2is', 'text' or 'parquet'; got {format!r}."
         )
-    items = loaders[format](path)
+    items = loaders[format](path, layout)
     if not items:
         raise PromptError(f"{path}: no prompts found.")
     # ids define GRPO groups; editing data may apply one instruction id to several images

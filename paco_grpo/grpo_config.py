@@ -1,9 +1,13 @@
 """``GRPOConfig``: every knob of the PaCo-GRPO trainer, with help and start-up validation.
 
-A recipe is a YAML file whose keys are these fields (``train:`` and ``test:`` are
-nested sections mapping 1:1 to :class:`TrainSection` / :class:`EvalSection`); unknown
-keys fail at load time. Command-line flags override with dotted names
-(``--train.resolution 256``).
+A recipe is a YAML file whose keys are these fields, flat except where training and
+evaluation differ: ``train:`` and ``test:`` map 1:1 to :class:`TrainSection` /
+:class:`EvalSection`. Fields take the names of ``transformers.TrainingArguments`` and trl's
+``GRPOConfig`` wherever the idea is the same (``lora_r``, ``num_train_epochs``,
+``num_generations``, ``epsilon``, ``report_to``, ...); a key under an older name fails
+with a message naming the new one, and unknown keys fail at load time. Command-line flags
+override with dotted names (``--train.resolution 256``). ``config.json`` in a run's
+output folder reloads with :meth:`GRPOConfig.from_yaml`.
 
     >>> cfg = GRPOConfig(model_name_or_path="tiny", prompt_file="p.txt", rewards={"panel_colour_agreement": 1.0})
     >>> cfg.train.resolution, cfg.test.resolution
@@ -14,11 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+from paco_reward.command_line import apply_overrides
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GRPOConfig",
@@ -147,9 +155,6 @@ class EvalSection:
         default=16,
         metadata={"help": "How many prompts of the test prompt file to evaluate (0 = all)."},
     )
-    batch_size: int = field(
-        default=4, metadata={"help": "Images per sampling batch per process at evaluation."}
-    )
     prompt_file: str | None = field(
         default=None,
         metadata={
@@ -175,10 +180,10 @@ class EvalSection:
         _check_resolution("test.resolution", self.resolution)
         if self.num_steps < 1:
             raise ValueError(f"test.num_steps must be >= 1; got {self.num_steps}.")
-        if self.every < 0 or self.num_prompts < 0 or self.batch_size < 1:
+        if self.every < 0 or self.num_prompts < 0:
             raise ValueError(
-                f"test.every and test.num_prompts must be >= 0 and test.batch_size >= 1; got "
-                f"every={self.every}, num_prompts={self.num_prompts}, batch_size={self.batch_size}."
+                f"test.every and test.num_prompts must be >= 0; got every={self.every}, "
+                f"num_prompts={self.num_prompts}."
             )
         if self.rewards is not None:
             _check_weights("test.rewards", self.rewards)
@@ -187,6 +192,8 @@ class EvalSection:
 @dataclass
 class GRPOConfig:
     """Configuration of :class:`paco_grpo.grpo_trainer.GRPOTrainer` (one recipe = one config)."""
+
+    RENAMED_FIELDS: ClassVar[dict[str, str]]  # earlier names -> current ones (set below)
 
     # ---- model
     model_name_or_path: str = field(
@@ -214,6 +221,12 @@ class GRPOConfig:
         default="auto",
         metadata={
             "help": f"One of {PROMPT_FORMATS}; auto picks t2is for .jsonl, parquet for .parquet, else text."
+        },
+    )
+    layout: str | None = field(
+        default=None,
+        metadata={
+            "help": "Grid layout ('2x2', '1x4') of text-to-image-set prompts that name none. Each prompt's layout is, in order: its line's `layout` field, the layout its text names, then this value; a prompt with none fails when the prompt file is loaded."
         },
     )
     pipeline: str = field(
@@ -248,7 +261,7 @@ class GRPOConfig:
         default=42, metadata={"help": "Seed of prompts order, sampling noise and LoRA init."}
     )
     # ---- LoRA
-    lora_rank: int = field(default=64, metadata={"help": "LoRA rank r."})
+    lora_r: int = field(default=64, metadata={"help": "LoRA rank r."})
     lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha."})
     lora_target_modules: list[str] = field(
         default_factory=lambda: list(FLUX_LORA_TARGETS),
@@ -260,23 +273,30 @@ class GRPOConfig:
         default="gaussian", metadata={"help": "peft init_lora_weights ('gaussian' or 'default')."}
     )
     # ---- epoch shape
-    max_epochs: int = field(
+    num_train_epochs: int = field(
         default=100, metadata={"help": "Stop after this many epochs (sampling + training rounds)."}
     )
     prompts_per_epoch: int = field(
         default=42, metadata={"help": "m: distinct prompts sampled per epoch (over all processes)."}
     )
-    group_size: int = field(default=16, metadata={"help": "k: images per prompt; one GRPO group."})
+    num_generations: int = field(
+        default=16, metadata={"help": "k: images per prompt; one GRPO group."}
+    )
     sample_batch_size: int = field(
         default=8, metadata={"help": "Images per sampling forward pass per process."}
     )
-    train_batch_size: int = field(
+    per_device_train_batch_size: int = field(
         default=8, metadata={"help": "Samples per training minibatch per process."}
+    )
+    per_device_eval_batch_size: int = field(
+        default=4, metadata={"help": "Images per sampling batch per process at evaluation."}
     )
     gradient_accumulation_steps: int = field(
         default=1, metadata={"help": "Minibatches per optimizer step."}
     )
-    num_inner_epochs: int = field(default=1, metadata={"help": "Passes over an epoch's samples."})
+    num_iterations: int = field(
+        default=1, metadata={"help": "mu: passes over an epoch's samples (PPO inner epochs)."}
+    )
     # ---- optimisation
     learning_rate: float = field(
         default=3e-4, metadata={"help": "AdamW learning rate of the LoRA weights."}
@@ -288,29 +308,38 @@ class GRPOConfig:
     max_grad_norm: float = field(
         default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."}
     )
-    lr_scheduler: str = field(
+    lr_scheduler_type: str = field(
         default="constant_with_warmup",
         metadata={
             "help": "transformers scheduler name (constant, constant_with_warmup, linear, cosine)."
         },
     )
-    warmup_steps: int = field(default=0, metadata={"help": "LR warmup in optimizer steps."})
+    warmup_steps: int = field(
+        default=0,
+        metadata={"help": "LR warmup in optimizer steps (the same on any number of processes)."},
+    )
     # ---- GRPO objective
-    clip_range: float = field(default=1e-4, metadata={"help": "PPO clip epsilon of the ratio."})
+    epsilon: float = field(default=1e-4, metadata={"help": "PPO clip epsilon of the ratio."})
     adv_clip_max: float = field(
         default=5.0, metadata={"help": "Advantages are clipped to [-adv_clip_max, adv_clip_max]."}
     )
     beta: float = field(
         default=0.0,
         metadata={
-            "help": "KL weight to the frozen base policy (the KL is computed and logged even at 0)."
+            "help": "KL weight to the frozen base policy; at 0 (the paper's recipe) the frozen base's forward pass is skipped."
+        },
+    )
+    log_kl: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute and log the KL to the frozen base even at beta = 0 (one more transformer forward per trained step)."
         },
     )
     # ---- rewards -> advantages
     reward_kwargs: dict[str, dict] = field(
         default_factory=dict,
         metadata={
-            "help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}} or {consistency: {model: SERVED_NAME, server_url: 'http://host:8000/v1'}}; see paco_grpo.rewards."
+            "help": "Per-reward constructor arguments, e.g. {consistency: {model: PATH}} or {consistency: {model: SERVED_NAME, server_url: 'http://host:8000/v1'}} (server_url may list replicas); see paco_grpo.rewards."
         },
     )
     async_rewards: bool = field(
@@ -336,7 +365,7 @@ class GRPOConfig:
         },
     )
     # ---- EMA, checkpoints, logging
-    ema: bool = field(
+    use_ema: bool = field(
         default=True,
         metadata={
             "help": "Keep an EMA of the LoRA weights (stepped per optimizer step); evaluation uses it."
@@ -349,10 +378,10 @@ class GRPOConfig:
         default=10,
         metadata={"help": "Checkpoint every N epochs (and after the last); 0 = only the last."},
     )
-    keep_checkpoints: int = field(
+    save_total_limit: int = field(
         default=3, metadata={"help": "Keep at most this many checkpoints (oldest deleted)."}
     )
-    resume_from: str | None = field(
+    resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
             "help": "Checkpoint folder, or 'latest' for the newest in output_dir/checkpoints."
@@ -361,8 +390,11 @@ class GRPOConfig:
     num_sample_images: int = field(
         default=8, metadata={"help": "Training images saved as a grid PNG per epoch (0 disables)."}
     )
-    tensorboard: bool = field(
-        default=True, metadata={"help": "Write TensorBoard event files to output_dir/tensorboard."}
+    report_to: list[str] = field(
+        default_factory=lambda: ["tensorboard"],
+        metadata={
+            "help": "accelerate trackers to log to (tensorboard, wandb, ...; [] or ['none'] for none); TensorBoard writes under output_dir/paco-grpo. metrics.jsonl and the reward curve are always written."
+        },
     )
     train: TrainSection = field(
         default_factory=TrainSection, metadata={"help": "Training sampling section."}
@@ -395,29 +427,33 @@ class GRPOConfig:
         elif self.log_taming_threshold < 0:
             raise ValueError(f"log_taming_threshold must be >= 0; got {self.log_taming_threshold}.")
         positive = {
-            "lora_rank": self.lora_rank,
+            "lora_r": self.lora_r,
             "lora_alpha": self.lora_alpha,
-            "max_epochs": self.max_epochs,
+            "num_train_epochs": self.num_train_epochs,
             "prompts_per_epoch": self.prompts_per_epoch,
             "sample_batch_size": self.sample_batch_size,
-            "train_batch_size": self.train_batch_size,
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "per_device_eval_batch_size": self.per_device_eval_batch_size,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
-            "num_inner_epochs": self.num_inner_epochs,
-            "keep_checkpoints": self.keep_checkpoints,
+            "num_iterations": self.num_iterations,
+            "save_total_limit": self.save_total_limit,
             "max_sequence_length": self.max_sequence_length,
         }
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-        if self.group_size < 2:
+        if self.num_generations < 2:
             raise ValueError(
-                f"group_size must be >= 2 (a group of one has no relative advantage); got {self.group_size}."
+                f"num_generations must be >= 2 (a group of one has no relative advantage); got {self.num_generations}."
             )
-        if self.learning_rate <= 0 or self.clip_range <= 0 or self.adv_clip_max <= 0:
+        if self.learning_rate <= 0 or self.epsilon <= 0 or self.adv_clip_max <= 0:
             raise ValueError(
-                "learning_rate, clip_range and adv_clip_max must be > 0; got "
-                f"{self.learning_rate}, {self.clip_range}, {self.adv_clip_max}."
+                "learning_rate, epsilon and adv_clip_max must be > 0; got "
+                f"{self.learning_rate}, {self.epsilon}, {self.adv_clip_max}."
             )
+        if isinstance(self.report_to, str):
+            self.report_to = [self.report_to]
+        self.report_to = [t for t in self.report_to if t != "none"]
         if self.beta < 0 or self.std_floor <= 0:
             raise ValueError(
                 f"beta must be >= 0 and std_floor > 0; got {self.beta}, {self.std_floor}."
@@ -461,49 +497,95 @@ class GRPOConfig:
     # ------------------------------------------------------------------ (de)serialisation
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
-        """Build from a mapping, failing on unknown keys (in the sections too)."""
+        """Build from a mapping, failing on unknown or renamed keys (in the sections too).
+
+        ``paco_rl_version`` (written by :meth:`save_json`) is accepted and checked."""
+        data = dict(data)
+        version = data.pop(VERSION_KEY, None)
+        if version is not None:
+            from paco_grpo import __version__
+
+            if version != __version__:
+                logger.warning(
+                    "config written by paco-rl %s, loaded by %s; check the run reproduces.",
+                    version,
+                    __version__,
+                )
         return _from_dict(cls, data, "")
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> GRPOConfig:
-        """Load a YAML recipe, then apply ``{"dotted.key": value}`` overrides.
+        """Load a YAML recipe (or a run's ``config.json``), then apply ``{"dotted.key": value}``
+        overrides.
 
         Example:
-            >>> GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", {"max_epochs": 2})  # doctest: +SKIP
+            >>> GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", {"num_train_epochs": 2})  # doctest: +SKIP
         """
         import yaml
 
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a recipe must be a YAML mapping of config fields.")
-        for key, value in (overrides or {}).items():
-            target = data
-            *parents, leaf = key.split(".")
-            for parent in parents:
-                target = target.setdefault(parent, {})
-                if not isinstance(target, dict):
-                    raise ValueError(f"override {key!r}: {parent!r} is not a section.")
-            target[leaf] = value
+        data = apply_overrides(data, overrides or {})
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def save_json(self, path: str | Path) -> None:
+        """Write the config with the library version, atomically; reloads with :meth:`from_yaml`."""
         from paco_grpo import __version__
+        from paco_reward.atomic_io import atomic_write_text
 
-        payload = {"paco_rl_version": __version__, **self.to_dict()}
-        Path(path).write_text(json.dumps(payload, indent=2, default=str))
+        payload = {VERSION_KEY: __version__, **self.to_dict()}
+        atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+VERSION_KEY = "paco_rl_version"
+# Earlier field names -> the TrainingArguments / trl GRPOConfig names that replaced them.
+RENAMED = {
+    "lora_rank": "lora_r",
+    "lr_scheduler": "lr_scheduler_type",
+    "resume_from": "resume_from_checkpoint",
+    "tensorboard": "report_to",
+    "keep_checkpoints": "save_total_limit",
+    "max_epochs": "num_train_epochs",
+    "group_size": "num_generations",
+    "clip_range": "epsilon",
+    "num_inner_epochs": "num_iterations",
+    "train_batch_size": "per_device_train_batch_size",
+    "ema": "use_ema",
+    "test.batch_size": "per_device_eval_batch_size",
+}
+
+
+GRPOConfig.RENAMED_FIELDS = RENAMED
 
 
 def _from_dict(cls, data: dict[str, Any], prefix: str):
     if not isinstance(data, dict):
         raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
-    names = {f.name for f in dataclasses.fields(cls)}
+    renamed = {prefix + k: RENAMED[prefix + k] for k in data if prefix + k in RENAMED}
+    if renamed:
+        raise ValueError(
+            "Renamed config key(s): "
+            + ", ".join(f"{old!r} is now {new!r}" for old, new in renamed.items())
+            + " (the names of transformers.TrainingArguments / trl's GRPOConfig)."
+        )
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = set(fields)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(
             f"Unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; valid keys: "
             f"{sorted(prefix + n for n in names)}."
         )
+    data = dict(data)
+    for name, value in data.items():
+        # YAML 1.1 reads "1e-8" (no dot) as a string: a float field takes it as the number.
+        if fields[name].type in ("float", "float | None") and isinstance(value, str):
+            try:
+                data[name] = float(value)
+            except ValueError:
+                raise ValueError(f"{prefix + name} must be a number; got {value!r}.") from None
     return cls(**data)

@@ -5,7 +5,7 @@ prompt -> prepare latents -> timesteps -> denoising loop -> decode) and reuses t
 pipeline's own ``encode_prompt``, ``prepare_latents``, latent packing, VAE decode and
 scheduler config, so with ``noise_level = 0`` it returns what ``FluxPipeline`` returns
 for the same seed. At the configured ``noise_steps`` it takes the Flow-GRPO SDE step
-(:func:`paco_grpo.sde.sde_step`) instead and records the latents before/after the
+(:class:`paco_grpo.scheduling_flow_grpo.FlowGRPOScheduler`) instead and records the latents before/after the
 step and the step's log-probability, which is what the GRPO update re-evaluates.
 
     >>> from diffusers import FluxPipeline
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paco_grpo.sde import sde_step
+from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
 logger = logging.getLogger(__name__)
@@ -280,8 +280,8 @@ def sde_denoise(
     generator: torch.Generator | None = None,
 ) -> SampleOutput:
     """The denoising loop every sampler shares: Euler ODE steps, and the Flow-GRPO SDE step
-    (:func:`paco_grpo.sde.sde_step`) at ``noise_steps``, whose transitions and log-probs are
-    recorded.
+    (:class:`paco_grpo.scheduling_flow_grpo.FlowGRPOScheduler`) at ``noise_steps``, whose
+    transitions and log-probs are recorded.
 
     Args:
         velocity: ``velocity(latents, timestep) -> v``, the (guided) model prediction for the
@@ -303,19 +303,24 @@ def sde_denoise(
         >>> out.log_probs.shape, out.noise_latents.shape
         (torch.Size([2, 1]), torch.Size([2, 1, 16, 4]))
     """
+    scheduler = FlowGRPOScheduler(noise_level)
     before, after, log_probs = [], [], []
     for i, t in enumerate(schedule.timesteps):
         v = velocity(latents, t)
-        sigma, sigma_next = schedule.sigmas[i], schedule.sigmas[i + 1]
-        level = noise_level if i in noise_steps else 0.0
-        new_latents, log_prob, _, _ = sde_step(
-            latents, v, sigma, sigma_next, level, schedule.sigma_max, generator=generator
+        step = scheduler.step(
+            v,
+            schedule.sigmas[i],
+            schedule.sigmas[i + 1],
+            latents,
+            sigma_max=schedule.sigma_max,
+            noise_level=None if i in noise_steps else 0.0,
+            generator=generator,
         )
         if i in noise_steps:
             before.append(latents)
-            after.append(new_latents)
-            log_probs.append(log_prob)
-        latents = new_latents.to(latents.dtype)
+            after.append(step.prev_sample)
+            log_probs.append(step.log_prob)
+        latents = step.prev_sample.to(latents.dtype)
     batch = latents.shape[0]
 
     def stack(items, shape):

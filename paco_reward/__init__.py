@@ -3,6 +3,7 @@
 from paco_reward.errors import (
     InvalidImageError,
     LayoutError,
+    LogprobTokenIdsIgnoredError,
     PacoError,
     PromptError,
     RewardServerError,
@@ -21,6 +22,7 @@ __all__ = [
     "InvalidImageError",
     "Judgement",
     "LayoutError",
+    "LogprobTokenIdsIgnoredError",
     "PacoError",
     "PacoReward",
     "PromptError",

@@ -1,35 +1,23 @@
 """``paco-reward``: score, explain, train, merge, serve.
 
-Each subcommand lives in its own module exposing ``register(subparsers)``; this
-file only lists them, so adding a command never touches another's code.
+Each subcommand module lists its :class:`~paco_reward.command_line.Command` objects in
+``COMMANDS`` (a dataclass of arguments and a function); this file only gathers them, and
+:func:`paco_reward.command_line.run_cli` turns them into the command line.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
+from paco_reward.command_line import run_cli
+from paco_reward.commands.score import COMMANDS as SCORE_COMMANDS
+from paco_reward.server.cli import COMMANDS as SERVE_COMMANDS
+from paco_reward.training.cli import COMMANDS as TRAIN_COMMANDS
 
-COMMAND_MODULES = [
-    "paco_reward.commands.score",
-    "paco_reward.server.cli",
-    "paco_reward.training.cli",
-]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paco-reward", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(subparsers)
-    return parser
+COMMANDS = [*SCORE_COMMANDS, *TRAIN_COMMANDS, *SERVE_COMMANDS]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    return int(args.func(args) or 0)
+    """Entry point of ``paco-reward``; returns the exit status."""
+    return run_cli("paco-reward", __doc__.splitlines()[0], COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -31,3 +31,8 @@ class YesNoTokenError(PacoError, ValueError):
 
 class RewardServerError(PacoError, ConnectionError):
     """A reward server is unreachable, does not serve the model, or answered badly."""
+
+
+class LogprobTokenIdsIgnoredError(RewardServerError):
+    """A reward server answered without the log-probabilities of the requested yes/no
+    token ids (``logprob_token_ids``), so an exact score cannot be computed."""

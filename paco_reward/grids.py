@@ -14,11 +14,14 @@ as ``[TOP]-[LEFT]:``. Panels are always in row-major order.
 
 from __future__ import annotations
 
+import logging
 import re
 
 from PIL import Image
 
 from paco_reward.errors import LayoutError, PromptError
+
+logger = logging.getLogger(__name__)
 
 # "2x2", "2 x 3", "1×5", "2 ⨉ 3", "2*2", "2X2"
 _LAYOUT = re.compile(r"(?<!\d)(\d{1,2})\s*[xX×⨉✕*]\s*(\d{1,2})(?!\d)")
@@ -60,21 +63,51 @@ def parse_layout(text: str | tuple[int, int]) -> tuple[int, int]:
     return rows, cols
 
 
+# A grid whose size is off the layout by more than this share of a panel is refused.
+MAX_REMAINDER_SHARE = 0.05
+_reported_remainders: set[tuple[tuple[int, int], tuple[int, int]]] = set()
+
+
 def split_grid(image: Image.Image, rows: int, cols: int, name: str = "grid") -> list[Image.Image]:
-    """Cut a grid image into ``rows * cols`` panels in row-major order.
+    """Cut a grid image into ``rows * cols`` equal panels in row-major order.
+
+    Like the released PaCo-RL code (``divide_image``), panels are ``width // cols`` by
+    ``height // rows`` pixels from the top-left corner, and a remainder of a few pixels on
+    the right or bottom edge (a 1000-px-wide 1x3 grid, a re-saved grid a pixel off) is
+    dropped, logged once per image size and layout.
 
     Raises:
-        LayoutError: if the image size is not divisible by the layout.
+        LayoutError: if the remainder is more than 5 % of a panel's side (the layout is
+            probably wrong), or a panel would be empty.
+
+    Example:
+        >>> [p.size for p in split_grid(Image.new("RGB", (1000, 300)), 1, 3)]
+        [(333, 300), (333, 300), (333, 300)]
     """
     rows, cols = parse_layout((rows, cols))
     width, height = image.size
-    if width % cols or height % rows:
-        raise LayoutError(
-            f"{name}: a {width}x{height} image cannot be cut into a {rows}x{cols} grid "
-            f"({width} % {cols} = {width % cols}, {height} % {rows} = {height % rows}); "
-            "check the layout or crop the image."
-        )
     pw, ph = width // cols, height // rows
+    extra_w, extra_h = width - pw * cols, height - ph * rows
+    if (
+        pw == 0
+        or ph == 0
+        or extra_w > MAX_REMAINDER_SHARE * pw
+        or extra_h > MAX_REMAINDER_SHARE * ph
+    ):
+        raise LayoutError(
+            f"{name}: a {width}x{height} image cannot be cut into a {rows}x{cols} grid: "
+            f"{extra_w} px of width and {extra_h} px of height would be left over, more than "
+            f"{MAX_REMAINDER_SHARE:.0%} of a {pw}x{ph} panel; check the layout or crop the image."
+        )
+    if extra_w or extra_h:
+        key = ((width, height), (rows, cols))
+        if key not in _reported_remainders:
+            _reported_remainders.add(key)
+            logger.warning(
+                "%s: a %dx%d image is not divisible by the %dx%d layout; cutting %dx%d panels and "
+                "dropping %d px on the right and %d px at the bottom (logged once per size).",
+                name, width, height, rows, cols, pw, ph, extra_w, extra_h,
+            )  # fmt: skip
     return [
         image.crop((c * pw, r * ph, (c + 1) * pw, (r + 1) * ph))
         for r in range(rows)

@@ -132,13 +132,34 @@ class ImagePolicy:
     def from_processor(
         cls, processor, min_pixels: int | None = None, max_pixels: int | None = None
     ) -> ImagePolicy:
-        """The policy of a Qwen2.5-VL processor, optionally with a tighter/looser budget."""
-        image_processor = processor.image_processor
+        """The policy of a Qwen2.5-VL processor (or its image processor), optionally with a
+        tighter/looser budget."""
+        image_processor = getattr(processor, "image_processor", processor)
         size = image_processor.size
         return cls(
             min_pixels=min_pixels or size["shortest_edge"],
             max_pixels=max_pixels or size["longest_edge"],
             factor=image_processor.patch_size * image_processor.merge_size,
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | os.PathLike,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+    ) -> ImagePolicy:
+        """The policy of a model folder's (or hub id's) image processor, as
+        ``AutoImageProcessor.from_pretrained`` reads it: only its small config is loaded.
+
+        Example:
+            >>> ImagePolicy.from_pretrained("X-GenGroup/PaCo-Reward-7B").max_pixels  # doctest: +SKIP
+            12845056
+        """
+        from transformers import AutoImageProcessor
+
+        return cls.from_processor(
+            AutoImageProcessor.from_pretrained(str(path_or_id)), min_pixels, max_pixels
         )
 
     @property
@@ -153,11 +174,34 @@ class ImagePolicy:
             )
 
 
+# Qwen2.5-VL's processors refuse images whose long side exceeds 200x the short one.
+MAX_ASPECT_RATIO = 200
+
+
 def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image") -> Image.Image:
     """Resize exactly as ``qwen_vl_utils.fetch_image`` does (same rounding, same resampling),
-    so scores match the model card's ``process_vision_info`` path."""
+    so scores match the model card's ``process_vision_info`` path.
+
+    An extreme aspect ratio under a small budget (a 3000x20 strip at 4 vision tokens) makes
+    that rounding give a side of 0 pixels. Then the short side gets one patch (``factor``
+    pixels) and the long side as many patches as the budget leaves, which the model's image
+    processor keeps as it is.
+
+    Raises:
+        InvalidImageError: the aspect ratio exceeds 200 (what Qwen2.5-VL accepts).
+
+    Example:
+        >>> resize_for_model(Image.new("RGB", (3000, 20)), ImagePolicy(784, 4 * 784)).size
+        (112, 28)
+    """
     from qwen_vl_utils.vision_process import smart_resize
 
+    ratio = max(image.size) / min(image.size)
+    if ratio > MAX_ASPECT_RATIO:
+        raise InvalidImageError(
+            f"{name}: a {image.width}x{image.height} image has aspect ratio {ratio:.0f}:1; "
+            f"Qwen2.5-VL accepts at most {MAX_ASPECT_RATIO}:1. Crop or pad it."
+        )
     try:
         height, width = smart_resize(
             image.height,
@@ -168,6 +212,14 @@ def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image
         )
     except (ValueError, AssertionError) as err:
         raise InvalidImageError(f"{name}: cannot be resized for the model ({err}).") from None
+    if min(height, width) < policy.factor:
+        patches = max(1, policy.max_pixels // policy.factor**2)
+        long_side = policy.factor * patches
+        height, width = (
+            (policy.factor, long_side)
+            if image.width >= image.height
+            else (long_side, policy.factor)
+        )
     if (width, height) == image.size:
         return image
     return image.resize((width, height))

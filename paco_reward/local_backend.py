@@ -34,19 +34,29 @@ logger = logging.getLogger(__name__)
 PairRequest = tuple[int, int, str]
 
 
-def render_prompt_ids(processor, instruction: str, num_images: int = 2) -> list[int]:
-    """Token ids of the chat prompt for a pair, up to and including the generation prompt
-    (``<|im_start|>assistant`` and its newline), with ONE ``<|image_pad|>`` per image. The scorer and the
-    SFT collator both call this, so a model is scored on exactly the prompt it was trained on.
+def render_prompt_text(processor, instruction: str, num_images: int = 2) -> str:
+    """The chat prompt for a pair as text, up to and including the generation prompt
+    (``<|im_start|>assistant`` and its newline), with ONE ``<|image_pad|>`` per image. Every
+    scorer (transformers, vLLM) and the SFT collator render through this, so a model is
+    scored on exactly the prompt it was trained on.
 
     Example:
-        >>> ids = render_prompt_ids(processor, render_instruction("rank"))  # doctest: +SKIP
+        >>> text = render_prompt_text(processor, render_instruction("rank"))  # doctest: +SKIP
     """
-    text = processor.apply_chat_template(
+    return processor.apply_chat_template(
         build_messages(instruction, num_images=num_images),
         tokenize=False,
         add_generation_prompt=True,
     )
+
+
+def render_prompt_ids(processor, instruction: str, num_images: int = 2) -> list[int]:
+    """Token ids of :func:`render_prompt_text`.
+
+    Example:
+        >>> ids = render_prompt_ids(processor, render_instruction("rank"))  # doctest: +SKIP
+    """
+    text = render_prompt_text(processor, instruction, num_images)
     return processor.tokenizer.encode(text, add_special_tokens=False)
 
 

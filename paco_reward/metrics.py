@@ -10,8 +10,13 @@ first). The scorer's order ``p`` sorts candidates by score, highest first.
 **Ties** in scores are broken deterministically: with ``ties="first"`` (default) the
 candidate with the lower index comes first (a stable sort of ``-scores``, the same
 rule as :meth:`paco_reward.PacoReward.rank`); with ``ties="last"`` the higher index
-comes first, which is what the released PaCo-RL evaluator's
-``np.argsort(scores)[::-1]`` does.
+comes first: a stable ascending sort, reversed. That is what the released PaCo-RL
+evaluator's ``np.argsort(scores)[::-1]`` gives under numpy 1.x for n <= 16 candidates
+(its default sort is then an insertion sort, which is stable). Its order among equal
+scores is otherwise unspecified: numpy 2.x dispatches to SIMD sorts that are not stable
+even at n = 4 on some CPUs (``np.argsort([1, 1, 0, 0])`` gave ``[3, 2, 1, 0]`` here), so no
+rule reproduces the released numbers on tied items everywhere. :func:`ranking_metrics`
+counts the items with tied scores (``n_tied``) so a reader sees when this matters.
 
 With ``r_h[i]`` / ``r_p[i]`` the position (0 = best) of candidate ``i`` in ``h`` / ``p``:
 
@@ -150,6 +155,7 @@ def item_ranking_metrics(
         "footrule": float(np.abs(r_h - r_p).sum()),
         "kendall_tau_ref": _kendall(h, p),
         "spearman_rho_ref": _spearman(h, p),
+        "tied": float(has_tied_scores(values)),
     }
 
 
@@ -167,8 +173,9 @@ def ranking_metrics(
 
     Returns:
         ``{metric: mean over items}`` for every name in :data:`RANKING_METRICS`, plus
-        ``n_items`` (items averaged) and ``n_skipped`` (items skipped because a score was
-        NaN/inf; each is logged). With no usable item every metric is NaN.
+        ``n_items`` (items averaged), ``n_skipped`` (items skipped because a score was
+        NaN/inf; each is logged) and ``n_tied`` (items with tied scores, ordered by ``ties``).
+        With no usable item every metric is NaN.
 
     Raises:
         ValueError: mismatched lengths, or an invalid item (see :func:`item_ranking_metrics`).
@@ -197,15 +204,28 @@ def ranking_metrics(
     return average_metrics(per_item, n_skipped=skipped)
 
 
+def has_tied_scores(scores: Sequence[float] | np.ndarray) -> bool:
+    """Whether two candidates share a score (their order then depends on the tie rule).
+
+    Example:
+        >>> has_tied_scores([0.2, 0.7, 0.7]), has_tied_scores([0.2, 0.7])
+        (True, False)
+    """
+    values = np.asarray(scores, dtype=np.float64).reshape(-1)
+    return len(np.unique(values)) < len(values)
+
+
 def average_metrics(per_item: Sequence[dict[str, float]], n_skipped: int = 0) -> dict[str, float]:
     """Mean of per-item metric dicts (as returned by :func:`item_ranking_metrics`), with
-    ``n_items`` and ``n_skipped``; NaN metrics when ``per_item`` is empty."""
+    ``n_items``, ``n_skipped`` and ``n_tied`` (items whose scores tie); NaN metrics when
+    ``per_item`` is empty."""
     result: dict[str, float] = {
         name: (float(np.mean([m[name] for m in per_item])) if per_item else math.nan)
         for name in RANKING_METRICS
     }
     result["n_items"] = len(per_item)
     result["n_skipped"] = n_skipped
+    result["n_tied"] = int(sum(m.get("tied", 0.0) for m in per_item))
     return result
 
 

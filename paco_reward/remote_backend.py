@@ -1,17 +1,30 @@
 """Remote scoring over the OpenAI chat-completions protocol (``vllm serve`` or ``paco-reward serve``).
 
 Each pair becomes one chat request built by :func:`paco_reward.templates.build_messages`
-(the two images as lossless PNG data URLs, then the instruction) with ``max_tokens=1``,
-``logprobs=True`` and ``top_logprobs=20``. The score is computed on the client by
+(the two images as lossless PNG data URLs, then the instruction) with ``max_tokens=1`` and
+``logprobs=True``. The score is computed on the client by
 :func:`paco_reward.yes_no.yes_probability_from_logprobs`, the same extraction the
 in-process backend's numbers reduce to.
 
-Exact probabilities: when the server accepts ``logprob_token_ids`` (``paco-reward serve``
-advertises its yes/no ids in ``/v1/models``; vLLM accepts the field since 2026 and the ids
-can be given with ``yes_no_token_ids=`` or ``tokenizer=``), the client asks for the
-log-probabilities of exactly the yes/no tokens, so no truncation to the top-k happens.
-Otherwise, a pair whose top-k holds no yes/no variant scores NaN (with a warning and the
-``missing_yes_no`` counter), never 0.0.
+Exact by default: the client asks for the log-probabilities of exactly the yes/no tokens
+(``logprob_token_ids``, which ``paco-reward serve`` and vLLM accept), so no truncation to a
+top-k happens. The ids come from ``yes_no_token_ids=``, a ``tokenizer=``, the server's
+``/v1/models`` entry (``paco-reward serve`` advertises them) or the server's own tokenizer
+(vLLM's ``/tokenize``, at the server root). A response that lacks any requested token (a
+server that ignores the field answers 200 with its top-k) raises
+:class:`~paco_reward.errors.LogprobTokenIdsIgnoredError`. With ``exact_yes_no=False`` the
+client uses the top-k only, as a plain OpenAI server gives: a pair whose top-k holds no
+yes/no variant scores NaN (with a warning and the ``missing_yes_no`` counter), never 0.0.
+
+Images are resized on the client to the served model's own pixel budget (advertised by
+``paco-reward serve``; for vLLM read from the image processor of the folder or hub id it
+serves, ``/v1/models``' ``root``), so the server's processor leaves them as they are and
+the model sees exactly what the in-process backend feeds it.
+
+Several servers: ``base_url`` may be a list of replicas. Requests are spread round-robin;
+a replica that fails at the transport level is marked down and the request goes to the
+next one at once (a down replica is tried again after ``replica_cooldown`` seconds). Only
+when every replica fails does the attempt count as failed for the retry policy.
 
 Failure policy: connection errors, timeouts, 408, 429 and 5xx are retried with exponential
 back-off and jitter (``Retry-After`` honoured); other 4xx fail at once; exhausting the
@@ -31,7 +44,6 @@ import base64
 import io
 import logging
 import math
-import random
 import ssl
 import threading
 import time
@@ -45,17 +57,16 @@ import httpx
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import RewardServerError
+from paco_reward.errors import LogprobTokenIdsIgnoredError, RewardServerError
 from paco_reward.images import ImagePolicy, image_hash
+from paco_reward.local_backend import PairRequest
+from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
 from paco_reward.templates import build_messages
-from paco_reward.yes_no import YesNoTokens, yes_probability_from_logprobs
+from paco_reward.yes_no import YesNoTokens, yes_no_words, yes_probability_from_logprobs
 
 logger = logging.getLogger(__name__)
 
-# (index of first image, index of second image, instruction text)
-PairRequest = tuple[int, int, str]
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 IMAGE_FORMATS = ("png", "jpeg")
 
 
@@ -91,12 +102,15 @@ class _ScoreCache:
         return len(self._data)
 
 
-class _RetryableError(Exception):
-    """A transient failure (connection error, 429, 5xx); ``retry_after`` is the server's hint."""
+class _Replica:
+    """One server of a replica set: its API root and its health as last seen."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.root = self.url.removesuffix("/v1")  # vLLM serves /tokenize at the server root
+        self.sent = 0
+        self.failures = 0
+        self.down_since: float | None = None  # monotonic time of the last transport failure
 
 
 class RemoteBackend:
@@ -104,7 +118,8 @@ class RemoteBackend:
     chat-completions server.
 
     Args:
-        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``.
+        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``, or a list of replicas'
+            API roots serving the same model (requests are spread over them).
         model: the served model name (checked against ``/v1/models`` at construction).
         api_key: sent as ``Authorization: Bearer ...`` when given.
         max_concurrency: requests in flight at once per call.
@@ -116,14 +131,22 @@ class RemoteBackend:
         top_logprobs: top-k log-probabilities requested per pair (OpenAI allows up to 20).
         image_format: ``"png"`` (lossless, default) or ``"jpeg"`` (smaller, lossy).
         canonical_yes_no: sum every case/space variant of Yes/No (default) or only "Yes"/"No".
-        exact_yes_no: request the exact yes/no log-probabilities when the ids are known
-            (default); False uses the top-k only, as a plain OpenAI server gives.
+        exact_yes_no: request the exact yes/no log-probabilities (default; raises
+            :class:`LogprobTokenIdsIgnoredError` when the server ignores the request); False
+            opts into the top-k only, as a plain OpenAI server gives (NaN when no yes/no
+            token is in it).
         yes_no_token_ids: vocabulary ids whose exact log-probabilities to request through
-            ``logprob_token_ids`` (vLLM >= 2026 and ``paco-reward serve``). Taken from the
-            server's ``/v1/models`` entry when it advertises them.
-        tokenizer: alternatively a tokenizer (or its folder/id) to resolve those ids.
+            ``logprob_token_ids``. By default taken from ``tokenizer``, else the server's
+            ``/v1/models`` entry (``paco-reward serve``), else the server's ``/tokenize``
+            (vLLM).
+        tokenizer: a tokenizer, or a local folder/hub id of the served model, to resolve
+            those ids (a folder or id is also read for the image budget).
         image_policy: pixel budget images are resized to before sending; defaults to the
-            server's advertised policy, else Qwen2.5-VL's defaults (vLLM's too).
+            server's advertised policy (``paco-reward serve``), else the image processor of
+            ``tokenizer`` (a folder/id) or of the served model's ``root`` (vLLM), else
+            Qwen2.5-VL's defaults with a warning.
+        replica_cooldown: seconds a replica that failed is left out before it is tried again
+            (it is tried at once when every replica is down).
         seed: seed of the jitter generator.
 
     Raises:
@@ -138,7 +161,7 @@ class RemoteBackend:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key: str | None = None,
@@ -155,12 +178,18 @@ class RemoteBackend:
         yes_no_token_ids: Sequence[int] | None = None,
         tokenizer: Any = None,
         image_policy: ImagePolicy | None = None,
+        replica_cooldown: float = 10.0,
         seed: int | None = None,
     ) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls or not all(isinstance(u, str) and u.strip() for u in urls):
+            raise ValueError(
+                f"base_url must be a server's API root or a non-empty list of them; got {base_url!r}."
+            )
+        if len({u.rstrip("/") for u in urls}) != len(urls):
+            raise ValueError(f"base_url lists a replica twice: {urls!r}.")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}.")
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0; got {retries}.")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds; got {timeout}.")
         if not 0 <= top_logprobs <= 20:
@@ -169,14 +198,19 @@ class RemoteBackend:
             )
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}; got {image_format!r}.")
-        self.base_url = base_url.rstrip("/")
+        self._replicas = [_Replica(url) for url in urls]
+        self.base_url = self._replicas[0].url
+        self.base_urls = [r.url for r in self._replicas]
+        self._where = self.base_url if len(urls) == 1 else f"replicas {', '.join(self.base_urls)}"
+        self.replica_cooldown = replica_cooldown
+        self._next_replica = 0
+        self._replica_of_last_answer = self._replicas[0]
         self.model = model
         self.name = f"remote:{model}"
         self.max_concurrency = max_concurrency
         self.timeout = timeout
+        self.retry_policy = RetryPolicy(retries, backoff, max_backoff, seed)
         self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.top_logprobs = top_logprobs
         self.image_format = image_format
         self.canonical_yes_no = canonical_yes_no
@@ -184,7 +218,6 @@ class RemoteBackend:
         self.missing_yes_no = 0  # pairs scored NaN because no yes/no token was returned
         self.requests_sent = 0
         self.retries_done = 0
-        self._rng = random.Random(seed)
         self._stats_lock = threading.Lock()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # One TLS context for every client: building one costs ~20 ms (certifi's bundle).
@@ -205,28 +238,121 @@ class RemoteBackend:
             self.yes_no_token_ids = list(advertised["yes_no_token_ids"][key])
         if not exact_yes_no:
             self.yes_no_token_ids = None
+            logger.warning(
+                "exact_yes_no=False: scores use the server's top-%d log-probabilities only; a "
+                "pair without any yes/no token among them scores NaN (counted in "
+                "missing_yes_no).",
+                top_logprobs,
+            )
+        elif self.yes_no_token_ids is None:
+            self.yes_no_token_ids = self._discover_yes_no_ids()
         if image_policy is None and advertised.get("image_policy"):
             image_policy = ImagePolicy(**advertised["image_policy"])
-        self.image_policy = image_policy or ImagePolicy()
+        if image_policy is None:
+            image_policy = self._served_image_policy(entry, tokenizer)
+        self.image_policy = image_policy
 
     # ------------------------------------------------------------------ model check
     def _check_model(self) -> dict:
-        """GET /models; fail fast when the server does not serve ``self.model``."""
-        body = self._with_retries_sync(lambda: self._send_sync("GET", "/models", None), "/models")
+        """GET /models; fail fast when the server does not serve ``self.model``. With
+        replicas: one must answer (with retries), each other is asked once and left out
+        (marked down, with a warning) if it does not answer."""
+        first = self._with_retries_sync(lambda: self._send_sync("GET", "/models", None), "/models")
+        answered = self._replica_of_last_answer
+        entry = self._model_entry(first, answered)
+        for replica in self._replicas:
+            if replica is answered:
+                continue
+            try:
+                self._model_entry(self._send_sync("GET", "/models", None, only=replica), replica)
+            except TransientError as err:
+                logger.warning(
+                    "Replica %s does not answer (%s); it is left out for now and retried "
+                    "after %.0fs.",
+                    replica.url,
+                    err,
+                    self.replica_cooldown,
+                )
+        return entry
+
+    def _model_entry(self, body: dict, replica: _Replica) -> dict:
         try:
             entries = {entry["id"]: entry for entry in body["data"]}
         except (KeyError, TypeError) as err:
             raise RewardServerError(
-                f"{self.base_url}/models answered {str(body)[:200]!r}, not an OpenAI model list "
+                f"{replica.url}/models answered {str(body)[:200]!r}, not an OpenAI model list "
                 f"({err!r}); is base_url the API root (ending in /v1)?"
             ) from None
         if self.model not in entries:
             raise RewardServerError(
-                f"The reward server at {self.base_url} does not serve model {self.model!r}; it "
+                f"The reward server at {replica.url} does not serve model {self.model!r}; it "
                 f"serves {sorted(entries)}. Pass model= one of those (or start the server with "
                 "the model you meant)."
             )
         return entries[self.model]
+
+    def _discover_yes_no_ids(self) -> list[int]:
+        """The yes/no ids from the server's own tokenizer (vLLM's ``/tokenize`` and
+        ``/detokenize`` at the server root), through the same rule as in-process."""
+        root = self._replica_of_last_answer.root
+
+        def call(path: str, payload: dict) -> dict:
+            return self._with_retries_sync(
+                lambda: self._send_sync("POST", path, payload, at_root=True), path
+            )
+
+        def encode(text: str) -> list[int]:
+            body = call(
+                "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+            )
+            return list(body["tokens"])
+
+        def decode(ids) -> str:
+            return call("/detokenize", {"model": self.model, "tokens": list(ids)})["prompt"]
+
+        try:
+            tokens = YesNoTokens.from_encoder(
+                encode, decode, canonical=self.canonical_yes_no, name=f"The tokenizer at {root}"
+            )
+        except (RewardServerError, KeyError, TypeError) as err:
+            raise RewardServerError(
+                f"Cannot find the yes/no token ids of model {self.model!r} at {self._where}: "
+                f"it does not advertise them and its /tokenize failed ({err}). Pass "
+                "tokenizer=<the model's folder or id> or yes_no_token_ids=[...] for exact "
+                "scores, or exact_yes_no=False to accept top-k truncated scores (NaN when no "
+                "yes/no token is in the top-k)."
+            ) from None
+        logger.info("Yes/no token ids from %s/tokenize: %s", root, tokens)
+        return [*tokens.yes, *tokens.no]
+
+    def _served_image_policy(self, entry: dict, tokenizer: Any) -> ImagePolicy:
+        """The served model's pixel budget: from ``tokenizer`` when it names a folder/id, else
+        from the ``root`` the server reports (vLLM: the folder or hub id it loaded)."""
+        sources = []
+        if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
+            sources.append(str(tokenizer))
+        if isinstance(entry.get("root"), str):
+            sources.append(entry["root"])
+        errors = []
+        for source in sources:
+            try:
+                policy = ImagePolicy.from_pretrained(source)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                errors.append(f"{source!r}: {type(err).__name__}: {str(err)[:120]}")
+                continue
+            logger.info("Image budget of %s from %s: %s", self.model, source, policy)
+            return policy
+        logger.warning(
+            "Cannot read the image processor of model %r served at %s (%s); images are sent "
+            "at Qwen2.5-VL's default pixel budget. If the served model's budget differs, the "
+            "server resizes them again and scores differ from in-process: pass "
+            "image_policy=ImagePolicy(min_pixels=..., max_pixels=...) or tokenizer=<a local "
+            "copy of the model folder>.",
+            self.model,
+            self._where,
+            "; ".join(errors) or "the server does not say which folder it serves",
+        )
+        return ImagePolicy()
 
     def _count(self, counter: str) -> None:
         with self._stats_lock:
@@ -259,6 +385,20 @@ class RemoteBackend:
             "max_size": self.cache.max_size,
             "missing_yes_no": self.missing_yes_no,
         }
+
+    def replica_info(self) -> list[dict]:
+        """Per replica: ``url``, requests ``sent``, transport ``failures`` and whether it is
+        marked ``down`` now."""
+        with self._stats_lock:
+            return [
+                {
+                    "url": r.url,
+                    "sent": r.sent,
+                    "failures": r.failures,
+                    "down": r.down_since is not None,
+                }
+                for r in self._replicas
+            ]
 
     # ------------------------------------------------------------------ payloads
     def _data_url(self, image: Image.Image) -> str:
@@ -298,17 +438,30 @@ class RemoteBackend:
             logprobs.setdefault(first["token"], float(first["logprob"]))
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise RewardServerError(
-                f"Reward server {self.base_url} (model {self.model!r}) returned no first-token "
+                f"Reward server {self._where} (model {self.model!r}) returned no first-token "
                 f"logprobs ({err!r}): {str(body)[:300]!r}. The server must support "
                 "logprobs=True and top_logprobs."
             ) from None
+        if self.yes_no_token_ids:
+            # Every requested id is a distinct yes/no variant, so the variants that came back
+            # must be at least as many; fewer means the server answered with its top-k.
+            yes_words, no_words = yes_no_words(self.canonical_yes_no)
+            present = sum(1 for token in logprobs if token in yes_words or token in no_words)
+            if present < len(self.yes_no_token_ids):
+                raise LogprobTokenIdsIgnoredError(
+                    f"The reward server at {self._where} (model {self.model!r}) ignored "
+                    f"logprob_token_ids: {len(self.yes_no_token_ids)} yes/no tokens were "
+                    f"requested, {present} came back (it answered with "
+                    f"{sorted(logprobs)[:8]}). Use a server that supports logprob_token_ids "
+                    "(paco-reward serve, a recent vLLM), or pass exact_yes_no=False to accept "
+                    "top-k truncated scores (NaN when no yes/no token is in the top-k)."
+                )
         score = yes_probability_from_logprobs(logprobs, canonical_yes_no=self.canonical_yes_no)
         if math.isnan(score):
             self._count("missing_yes_no")
             logger.warning(
                 "Pair %s: no yes/no token among the %d returned logprobs (%s); its score is NaN "
-                "(missing_yes_no=%d). Serve with logprob_token_ids support (paco-reward serve, "
-                "vLLM >= 2026) and pass yes_no_token_ids= to get exact probabilities.",
+                "(missing_yes_no=%d). Drop exact_yes_no=False to get exact probabilities.",
                 pair[:2],
                 len(logprobs),
                 sorted(logprobs)[:5],
@@ -324,87 +477,151 @@ class RemoteBackend:
                 return response.json()
             except ValueError:
                 raise RewardServerError(
-                    f"Reward server {self.base_url}{path} answered non-JSON: {response.text[:200]!r}"
+                    f"Reward server {response.url} answered non-JSON: {response.text[:200]!r}"
                 ) from None
         try:
             detail = response.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             detail = response.text[:300]
         if status in RETRY_STATUS:
-            retry_after = response.headers.get("retry-after")
-            try:
-                hint = float(retry_after) if retry_after is not None else None
-            except ValueError:
-                hint = None
-            raise _RetryableError(f"HTTP {status}: {detail}", retry_after=hint)
+            raise TransientError(
+                f"HTTP {status}: {detail}", retry_after=retry_after_seconds(response.headers)
+            )
         if status == 404 and "model" in detail.lower():
             raise RewardServerError(
-                f"The reward server at {self.base_url} does not serve model {self.model!r} "
+                f"The reward server at {self._where} does not serve model {self.model!r} "
                 f"(HTTP 404: {detail})."
             )
         if status in (401, 403):
             raise RewardServerError(
-                f"The reward server at {self.base_url} rejected the request (HTTP {status}: "
+                f"The reward server at {self._where} rejected the request (HTTP {status}: "
                 f"{detail}); pass the server's key as api_key=."
             )
         raise RewardServerError(
-            f"The reward server at {self.base_url} (model {self.model!r}) rejected {path} "
+            f"The reward server at {self._where} (model {self.model!r}) rejected {path} "
             f"with HTTP {status}: {detail}"
         )
 
-    def _send_sync(self, method: str, path: str, payload: dict | None) -> dict:
-        try:
-            self._count("requests_sent")
-            response = self._client.request(method, self.base_url + path, json=payload)
-        except httpx.TransportError as err:
-            raise _RetryableError(f"{type(err).__name__}: {err}") from None
-        return self._raise_for_status(response, path)
+    def _candidates(self, only: _Replica | None = None) -> list[_Replica]:
+        """Replicas to try for one attempt, in order: the healthy ones round-robin, then the
+        down ones whose cool-down is over; every replica when all are down (never refuse
+        without trying)."""
+        if only is not None:
+            return [only]
+        now = time.monotonic()
+        with self._stats_lock:
+            start = self._next_replica
+            self._next_replica = (start + 1) % len(self._replicas)
+            ring = self._replicas[start:] + self._replicas[:start]
+            up = [r for r in ring if r.down_since is None]
+            rested = sorted(
+                (
+                    r
+                    for r in ring
+                    if r.down_since is not None and now - r.down_since >= self.replica_cooldown
+                ),
+                key=lambda r: r.down_since,
+            )
+            if up or rested:
+                return up + rested
+            return sorted(ring, key=lambda r: r.down_since)
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        delay = min(self.max_backoff, self.backoff * 2**attempt)
-        delay = self._rng.uniform(delay / 2, delay)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff))
-        return delay
+    def _sent(self, replica: _Replica) -> None:
+        with self._stats_lock:
+            self.requests_sent += 1
+            replica.sent += 1
 
-    def _exhausted(self, what: str, err: _RetryableError) -> RewardServerError:
+    def _answered(self, replica: _Replica) -> None:
+        with self._stats_lock:
+            if replica.down_since is not None:
+                logger.info("Replica %s answers again.", replica.url)
+            replica.down_since = None
+        self._replica_of_last_answer = replica
+
+    def _failed(self, replica: _Replica, err: Exception) -> str:
+        with self._stats_lock:
+            replica.failures += 1
+            first = replica.down_since is None
+            replica.down_since = time.monotonic()
+        if first and len(self._replicas) > 1:
+            logger.warning("Replica %s failed (%s); marked down.", replica.url, type(err).__name__)
+        return f"{type(err).__name__}: {err}"
+
+    def _url(self, replica: _Replica, path: str, at_root: bool) -> str:
+        return (replica.root if at_root else replica.url) + path
+
+    def _send_sync(
+        self,
+        method: str,
+        path: str,
+        payload: dict | None,
+        *,
+        at_root: bool = False,
+        only: _Replica | None = None,
+    ) -> dict:
+        """One attempt: the request goes to the first replica that answers at the transport
+        level; HTTP statuses are judged by :meth:`_raise_for_status`."""
+        errors = []
+        for replica in self._candidates(only):
+            try:
+                self._sent(replica)
+                response = self._client.request(
+                    method, self._url(replica, path, at_root), json=payload
+                )
+            except httpx.TransportError as err:
+                errors.append(self._failed(replica, err))
+                continue
+            self._answered(replica)
+            return self._raise_for_status(response, path)
+        raise TransientError("; ".join(errors))
+
+    async def _send_async(self, client: httpx.AsyncClient, path: str, payload: dict) -> dict:
+        """:meth:`_send_sync` for a POST on an async client."""
+        errors = []
+        for replica in self._candidates():
+            try:
+                self._sent(replica)
+                response = await client.post(self._url(replica, path, False), json=payload)
+            except httpx.TransportError as err:
+                errors.append(self._failed(replica, err))
+                continue
+            self._answered(replica)
+            return self._raise_for_status(response, path)
+        raise TransientError("; ".join(errors))
+
+    def _exhausted(self, what: str, err: TransientError) -> RewardServerError:
         return RewardServerError(
-            f"The reward server at {self.base_url} (model {self.model!r}) failed {what} after "
+            f"The reward server at {self._where} (model {self.model!r}) failed {what} after "
             f"{self.retries + 1} attempts: {err}. Check that the server is running and reachable, "
             "or raise retries=/timeout=."
         )
 
+    def _on_retry(self, what: str):
+        def log(attempt: int, err: BaseException, delay: float) -> None:
+            self._count("retries_done")
+            logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt, delay)
+
+        return log
+
     def _with_retries_sync(self, send, what: str) -> dict:
-        for attempt in range(self.retries + 1):
-            try:
-                return send()
-            except _RetryableError as err:
-                if attempt == self.retries:
-                    raise self._exhausted(what, err) from None
-                delay = self._delay(attempt, err.retry_after)
-                self._count("retries_done")
-                logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-                time.sleep(delay)
+        """``send()`` under the retry policy (:mod:`paco_reward.retry`)."""
+        try:
+            for attempt in self.retry_policy.retrying(self._on_retry(what)):
+                with attempt:
+                    return send()
+        except TransientError as err:
+            raise self._exhausted(what, err) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _with_retries_async(
         self, client: httpx.AsyncClient, payload: dict, what: str
     ) -> dict:
-        for attempt in range(self.retries + 1):
-            try:
-                try:
-                    self._count("requests_sent")
-                    response = await client.post(self.base_url + "/chat/completions", json=payload)
-                except httpx.TransportError as err:
-                    raise _RetryableError(f"{type(err).__name__}: {err}") from None
-                return self._raise_for_status(response, "/chat/completions")
-            except _RetryableError as err:
-                if attempt == self.retries:
-                    raise self._exhausted(what, err) from None
-                delay = self._delay(attempt, err.retry_after)
-                self._count("retries_done")
-                logger.warning("%s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-                await asyncio.sleep(delay)
+        try:
+            async for attempt in self.retry_policy.async_retrying(self._on_retry(what)):
+                with attempt:
+                    return await self._send_async(client, "/chat/completions", payload)
+        except TransientError as err:
+            raise self._exhausted(what, err) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ scoring
@@ -519,7 +736,7 @@ class RemoteBackend:
             return body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             raise RewardServerError(
-                f"Reward server {self.base_url} returned no message content: {str(body)[:300]!r}"
+                f"Reward server {self._where} returned no message content: {str(body)[:300]!r}"
             ) from None
 
 

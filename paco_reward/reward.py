@@ -22,6 +22,8 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import LayoutError, PromptError
+from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
 from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
 from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
@@ -112,6 +114,7 @@ class PacoReward:
         device=None,
         dtype=None,
         *,
+        backend: str = "transformers",
         batch_size: int = 8,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
@@ -124,14 +127,42 @@ class PacoReward:
 
         Args:
             path_or_id: a local folder or hub id of a Qwen2.5-VL model.
-            adapter: optional PEFT LoRA folder/id applied on top (merged for speed).
-            device: defaults to CUDA when available, else CPU.
+            adapter: optional PEFT LoRA folder/id applied on top (merged for speed;
+                transformers backend only).
+            device: defaults to CUDA when available, else CPU (transformers backend only).
             dtype: defaults to bfloat16 on CUDA, float32 on CPU.
-            batch_size: pairs per forward pass (and images per vision pass).
+            backend: ``"transformers"`` (default) or ``"vllm"`` (``vllm.LLM`` in-process,
+                exact, same scores; needs ``pip install 'paco-rl[vllm]'``; ``model_kwargs``
+                then go to ``vllm.LLM``).
+            batch_size: pairs per forward pass (and images per vision pass); vLLM batches a
+                whole call itself.
             canonical_yes_no: sum every case/space variant of Yes/No (default) or use
                 only the exact "Yes"/"No" tokens as the model card does.
             min_pixels / max_pixels: image pixel budget; defaults to the processor's.
+
+        Example:
+            >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", backend="vllm")  # doctest: +SKIP
         """
+        if backend == "vllm":
+            if adapter is not None or device is not None:
+                raise ValueError(
+                    "backend='vllm' takes a merged model folder and picks its own device: merge "
+                    f"the adapter first (paco-reward merge) and drop device= (got adapter="
+                    f"{adapter!r}, device={device!r})."
+                )
+            from paco_reward.vllm_backend import VLLMBackend
+
+            scorer = VLLMBackend.from_pretrained(
+                path_or_id,
+                dtype=dtype,
+                canonical_yes_no=canonical_yes_no,
+                min_pixels=min_pixels,
+                max_pixels=max_pixels,
+                **model_kwargs,
+            )
+            return cls(scorer, template=template, symmetric=symmetric)
+        if backend != "transformers":
+            raise ValueError(f"backend must be 'transformers' or 'vllm'; got {backend!r}.")
         from paco_reward.local_backend import LocalBackend
 
         backend = LocalBackend.from_pretrained(
@@ -150,7 +181,7 @@ class PacoReward:
     @classmethod
     def from_server(
         cls,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         api_key: str | None = None,
         *,
@@ -162,15 +193,20 @@ class PacoReward:
         symmetric: bool = False,
         **backend_kwargs,
     ) -> PacoReward:
-        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``).
+        """Score through an OpenAI-compatible server (``vllm serve`` or ``paco-reward serve``),
+        or a list of replicas serving the same model (requests are spread over them; a
+        replica that dies is left out, and a call fails only when all are down).
 
-        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`. Checks at once that
-        the server serves ``model`` (:class:`~paco_reward.errors.RewardServerError` otherwise).
-        ``backend_kwargs`` go to :class:`~paco_reward.remote_backend.RemoteBackend`
-        (``image_format``, ``top_logprobs``, ``yes_no_token_ids``, ``tokenizer``, ...).
+        Same methods as :meth:`from_pretrained`, plus :meth:`ascore_pairs`, with exact scores
+        by default (the yes/no token ids and the image budget are found from the server).
+        Checks at once that the server serves ``model``
+        (:class:`~paco_reward.errors.RewardServerError` otherwise). ``backend_kwargs`` go to
+        :class:`~paco_reward.remote_backend.RemoteBackend` (``image_format``, ``tokenizer``,
+        ``image_policy``, ``exact_yes_no``, ``replica_cooldown``, ...).
 
         Example:
             >>> rm = PacoReward.from_server("http://127.0.0.1:8000/v1", model="PaCo-Reward-7B")  # doctest: +SKIP
+            >>> rm = PacoReward.from_server(["http://h1:8000/v1", "http://h2:8000/v1"], model="PaCo-Reward-7B")  # doctest: +SKIP
         """
         from paco_reward.remote_backend import RemoteBackend
 
@@ -188,7 +224,14 @@ class PacoReward:
 
     # ------------------------------------------------------------------ primitive
     def _instruction(self, prompt: str | None, template: str | Template | None) -> str:
-        return render_instruction(template if template is not None else self.template, prompt)
+        tpl = get_template(template if template is not None else self.template)
+        if not tpl.needs_prompt and isinstance(prompt, str) and prompt.strip():
+            raise PromptError(
+                f"Template {tpl.name!r} takes no prompt, so {prompt[:60]!r} would be ignored; "
+                "use a template with a '{prompt}' field (e.g. template='consistency' for a "
+                "theme) or pass no prompt."
+            )
+        return render_instruction(tpl, prompt)
 
     def _ordered_requests(
         self, pairs: Sequence[tuple[int, int, str]], symmetric: bool | None
@@ -329,20 +372,17 @@ class PacoReward:
         """Cut a grid image into panels (layout from ``layout`` or from the prompt, e.g.
         "2x2", "1x3", "2 ⨉ 3") and score all panel pairs. For a T2IS grid prompt the theme
         is the global description before the first panel marker."""
-        # Imported here: data_pipeline depends on paco_reward, not the other way round.
-        from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
-
         if layout is None:
             if prompt is None:
-                from paco_reward.errors import LayoutError
-
                 raise LayoutError(
                     "score_grid needs layout=(rows, cols) or a prompt that names one ('2x2')."
                 )
             layout = prompt
         rows, cols = parse_layout(layout)
         panels = split_grid(load_image(grid, "grid"), rows, cols)
-        theme = split_panel_prompts(prompt)[0] if prompt is not None else None
+        # The prompt may only name the layout; its theme goes to templates that take one.
+        needs_theme = get_template(template if template is not None else self.template).needs_prompt
+        theme = split_panel_prompts(prompt)[0] if prompt is not None and needs_theme else None
         return self.score_set(panels, theme, template=template, symmetric=symmetric)
 
     def rank(

@@ -18,7 +18,7 @@ Both reduce to ``sigmoid(logsumexp(yes) - logsumexp(no))``, which equals
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -40,28 +40,51 @@ class YesNoTokens:
     @classmethod
     def from_tokenizer(cls, tokenizer, canonical: bool = True) -> YesNoTokens:
         """Resolve the ids. Raises :class:`YesNoTokenError` if "Yes" or "No" is not one token."""
+        return cls.from_encoder(
+            lambda text: tokenizer.encode(text, add_special_tokens=False),
+            tokenizer.decode,
+            canonical=canonical,
+            unk_token_id=tokenizer.unk_token_id,
+            name=f"Tokenizer {type(tokenizer).__name__} "
+            f"({getattr(tokenizer, 'name_or_path', '?')!r})",
+        )
+
+    @classmethod
+    def from_encoder(
+        cls,
+        encode: Callable[[str], Sequence[int]],
+        decode: Callable[[Sequence[int]], str],
+        canonical: bool = True,
+        unk_token_id: int | None = None,
+        name: str = "The tokenizer",
+    ) -> YesNoTokens:
+        """Resolve the ids through any ``encode``/``decode`` pair (a tokenizer's, or a
+        server's ``/tokenize`` and ``/detokenize``): a variant counts when it encodes to one
+        token that decodes back to the word (not an unknown-token fallback).
+
+        Example:
+            >>> YesNoTokens.from_encoder(tokenizer.encode, tokenizer.decode)  # doctest: +SKIP
+        """
+        encoded = {word: list(encode(word)) for word in {*YES_VARIANTS, *NO_VARIANTS}}
 
         def single_ids(words: tuple[str, ...]) -> tuple[int, ...]:
             ids: list[int] = []
             for word in words:
-                encoded = tokenizer.encode(word, add_special_tokens=False)
-                # A single token only counts if it *is* the word (not an unknown-token fallback).
+                tokens = encoded[word]
                 if (
-                    len(encoded) == 1
-                    and encoded[0] not in ids
-                    and encoded[0] != tokenizer.unk_token_id
-                    and tokenizer.decode(encoded).strip() == word.strip()
+                    len(tokens) == 1
+                    and tokens[0] not in ids
+                    and tokens[0] != unk_token_id
+                    and decode(tokens).strip() == word.strip()
                 ):
-                    ids.append(encoded[0])
+                    ids.append(tokens[0])
             return tuple(ids)
 
         exact_yes, exact_no = single_ids(("Yes",)), single_ids(("No",))
         if not exact_yes or not exact_no:
             raise YesNoTokenError(
-                f"Tokenizer {type(tokenizer).__name__} ({getattr(tokenizer, 'name_or_path', '?')!r}) "
-                f"does not encode 'Yes' and 'No' as single tokens (got "
-                f"{tokenizer.encode('Yes', add_special_tokens=False)} and "
-                f"{tokenizer.encode('No', add_special_tokens=False)}); a PaCo evaluator needs both."
+                f"{name} does not encode 'Yes' and 'No' as single tokens (got "
+                f"{encoded['Yes']} and {encoded['No']}); a PaCo evaluator needs both."
             )
         if not canonical:
             return cls(exact_yes, exact_no)
@@ -105,14 +128,24 @@ def yes_probability(
     return yes_no_log_odds_to_probability(yes - no)
 
 
+def yes_no_words(canonical_yes_no: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The token texts that count as yes and as no: every case/space variant, or only
+    "Yes"/"No"."""
+    if canonical_yes_no:
+        return YES_VARIANTS, NO_VARIANTS
+    return ("Yes",), ("No",)
+
+
 def yes_probability_from_logprobs(
     logprobs: Mapping[str, float], canonical_yes_no: bool = True
 ) -> float:
     """The same score from a ``{token text: log-probability}`` map (an OpenAI-style
     ``top_logprobs`` entry). Returns NaN when no yes/no variant is present: the caller
-    must treat that as a failed score, never as 0."""
-    yes_words = YES_VARIANTS if canonical_yes_no else ("Yes",)
-    no_words = NO_VARIANTS if canonical_yes_no else ("No",)
+    must treat that as a failed score, never as 0 (the released PaCo-GRPO reward returns
+    0.0 there). The variants are the twelve in :data:`YES_VARIANTS` / :data:`NO_VARIANTS`;
+    the released ``canonicalize=True`` also counts any other token whose stripped,
+    lower-cased text is "yes"/"no" (e.g. ``"Yes\n"``)."""
+    yes_words, no_words = yes_no_words(canonical_yes_no)
     yes = [lp for tok, lp in logprobs.items() if tok in yes_words]
     no = [lp for tok, lp in logprobs.items() if tok in no_words]
     if not yes and not no:
@@ -120,3 +153,24 @@ def yes_probability_from_logprobs(
     yes_lse = torch.logsumexp(torch.tensor(yes, dtype=torch.float64), 0) if yes else -math.inf
     no_lse = torch.logsumexp(torch.tensor(no, dtype=torch.float64), 0) if no else -math.inf
     return float(yes_no_log_odds_to_probability(torch.as_tensor(yes_lse - no_lse)))
+
+
+def yes_probability_from_token_logprobs(
+    logprobs: Mapping[int, float], tokens: YesNoTokens
+) -> float:
+    """The same score from a ``{token id: log-probability}`` map holding (at least) every id
+    of ``tokens`` (what ``logprob_token_ids`` returns). Raises ``KeyError`` naming the ids
+    that are missing: a partial set of variants would be a silently different score.
+
+    >>> tokens = YesNoTokens(yes=(1,), no=(2,))
+    >>> round(yes_probability_from_token_logprobs({1: -0.1, 2: -2.4, 7: -3.0}, tokens), 4)
+    0.9089
+    """
+    missing = [i for i in (*tokens.yes, *tokens.no) if i not in logprobs]
+    if missing:
+        raise KeyError(f"no log-probability for the yes/no token ids {missing}")
+
+    def lse(ids: tuple[int, ...]) -> torch.Tensor:
+        return torch.logsumexp(torch.tensor([logprobs[i] for i in ids], dtype=torch.float64), 0)
+
+    return float(yes_no_log_odds_to_probability(lse(tokens.yes) - lse(tokens.no)))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +17,43 @@ from PIL import Image
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-T2IS_FILE = Path(__file__).resolve().parent / "data" / "t2is_train_metadata.jsonl"
+# tests/vllm_peer needs vLLM, which lives in a venv of its own: `make test` runs that folder
+# with .venv-vllm's python after the main run, which leaves it out.
+collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_peer"]
+
+ROOT = Path(__file__).resolve().parents[1]
+T2IS_FILE = ROOT / "tests" / "data" / "t2is_train_metadata.jsonl"
+# What the distribution installs: its packages (setup.cfg's packages.find).
+DISTRIBUTED = ("paco_reward", "paco_grpo", "data_pipeline", "benchmarks")
 
 
 @pytest.fixture(scope="session")
 def t2is_path() -> Path:
     """The 150 real T2IS prompts (layouts, panel texts, criteria) of the released PaCo-RL."""
     return T2IS_FILE
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """The paco-rl wheel as ``pip`` builds it (not editable), from a copy of the sources so
+    that the checkout gets no build folder."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in DISTRIBUTED:
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = tmp / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(source)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = out.glob("paco_rl-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")

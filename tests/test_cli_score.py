@@ -62,6 +62,19 @@ def test_explain(tiny_model_dir, random_images, tmp_path, capsys):
     assert set(json.loads(capsys.readouterr().out)) == {"score", "answer", "reasons"}
 
 
-def test_score_needs_images(tiny_model_dir):
-    with pytest.raises(SystemExit, match="two or more images"):
-        main(["score", str(tiny_model_dir), "only-one.png"])
+def test_exit_codes_and_one_line_errors(tiny_model_dir, tmp_path, capsys):
+    """0 done, 1 an error (one line naming the input, no traceback), 2 a usage error."""
+    assert main(["score", str(tiny_model_dir), "only-one.png"]) == 1
+    assert (
+        capsys.readouterr().err == "paco-reward: error: give two or more images, or --grid GRID.\n"
+    )
+    missing = str(tmp_path / "missing.png")
+    assert main(["score", str(tiny_model_dir), missing, missing, "--prompt", "fox"]) == 1
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert "pairs[0][0]: no image file" in line and "missing.png" in line
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit) as usage:
+        main(["score", str(tiny_model_dir), "a.png", "b.png", "--promt", "fox"])
+    assert usage.value.code == 2
+    assert "unrecognized arguments: --promt" in capsys.readouterr().err

@@ -129,6 +129,47 @@ def test_split_grid_row_major(rows, cols):
         assert panel.getpixel((3, 3)) == (k * 20, 255 - k * 20, k)
 
 
-def test_split_grid_indivisible():
-    with pytest.raises(LayoutError, match="cannot be cut into a 2x3 grid"):
-        split_grid(Image.new("RGB", (100, 64)), 2, 3)
+def released_divide_image(image: Image.Image, grid_info: tuple[int, int]) -> list[Image.Image]:
+    """The released PaCo-GRPO ``divide_image`` (``PaCo-GRPO/paco_grpo/utils.py``), restated:
+    floor-divided cells from the top-left, row-major."""
+    a, b = grid_info
+    cell_h, cell_w = image.height // a, image.width // b
+    return [
+        image.crop((j * cell_w, i * cell_h, (j + 1) * cell_w, (i + 1) * cell_h))
+        for i in range(a)
+        for j in range(b)
+    ]
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 2), (1, 3), (1, 4), (2, 2), (2, 3), (2, 4)])
+@pytest.mark.parametrize("off", [(-1, 0), (0, -2), (1, 1), (2, -1), (-2, 2)])
+def test_grids_a_pixel_or_two_off_are_cut_like_the_released_code(rows, cols, off, caplog):
+    rng = np.random.default_rng(rows * 10 + cols)
+    width, height = cols * 96 + off[0], rows * 96 + off[1]
+    grid = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    with caplog.at_level("WARNING", logger="paco_reward.grids"):
+        panels = split_grid(grid, rows, cols, name="resaved.png")
+        split_grid(grid, rows, cols, name="resaved.png")
+    expected = released_divide_image(grid, (rows, cols))
+    assert len({p.size for p in panels}) == 1
+    assert [np.asarray(p).tobytes() for p in panels] == [np.asarray(e).tobytes() for e in expected]
+    dropped = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+    remainder = (width % cols, height % rows)
+    if remainder == (0, 0):
+        assert not dropped
+    else:  # logged once, naming the image and the pixels dropped
+        assert len(dropped) == 1 and "resaved.png" in dropped[0]
+        assert f"dropping {remainder[0]} px on the right and {remainder[1]} px" in dropped[0]
+
+
+def test_a_thousand_pixel_strip_cuts_into_three():
+    panels = split_grid(Image.new("RGB", (1000, 300)), 1, 3)
+    assert [p.size for p in panels] == [(333, 300)] * 3
+
+
+@pytest.mark.parametrize(
+    "size, rows, cols", [((100, 64), 2, 7), ((150, 100), 1, 4), ((96, 90), 4, 1), ((3, 64), 1, 4)]
+)
+def test_split_grid_refuses_a_large_remainder(size, rows, cols):
+    with pytest.raises(LayoutError, match=f"cannot be cut into a {rows}x{cols} grid"):
+        split_grid(Image.new("RGB", size), rows, cols)

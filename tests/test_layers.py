@@ -56,6 +56,25 @@ def test_no_upward_or_sideways_import_between_packages():
     assert not offences, "layer violations:\n" + "\n".join(sorted(set(offences)))
 
 
+def test_benchmarks_build_only_on_the_distributed_packages():
+    """``benchmarks`` ships in the distribution (``python -m benchmarks.<name>`` from an
+    installed package): it imports nothing of ``demo`` or ``tests``, which do not ship, and
+    the three packages do not import it."""
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+        for name in _imports(path, module_level_only=False)
+        if name.split(".")[0] in ("demo", "tests")
+    ]
+    offences += [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for _, path in _sources()
+        for name in _imports(path, module_level_only=False)
+        if name.split(".")[0] == "benchmarks"
+    ]
+    assert not offences, "\n".join(sorted(set(offences)))
+
+
 def test_no_module_level_import_cycle():
     modules = {_module_name(path): path for _, path in _sources()}
     graph = {
@@ -86,7 +105,7 @@ def test_importing_the_ground_floor_loads_nothing_above_it():
     code = (
         "import importlib, pkgutil, sys, paco_reward\n"
         "for m in pkgutil.walk_packages(paco_reward.__path__, 'paco_reward.'):\n"
-            "    importlib.import_module(m.name)\n"
+        "    importlib.import_module(m.name)\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('data_pipeline', 'paco_grpo')))\n"
         "assert not bad, bad\n"
     )

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from paco_reward.yes_no import YesNoTokens, yes_probability, yes_probability_from_logprobs
+from paco_reward.yes_no import (
+    YesNoTokens,
+    yes_probability,
+    yes_probability_from_logprobs,
+    yes_probability_from_token_logprobs,
+)
 
 
 def test_yes_probability_sums_variants_over_the_full_distribution():
@@ -59,3 +64,31 @@ def test_from_logprobs_matches_logit_formula():
 
 def test_from_logprobs_without_yes_or_no_is_nan_not_zero():
     assert math.isnan(yes_probability_from_logprobs({"maybe": -0.1, "The": -2.0}))
+
+
+def test_token_logprobs_give_the_probability_ratio_and_refuse_a_partial_set():
+    """From an id -> logprob map (what logprob_token_ids returns): the hand-computed ratio;
+    a map missing a requested id raises instead of scoring a subset."""
+    p = torch.softmax(torch.tensor([0.3, 2.0, -1.0, 1.0, 0.5], dtype=torch.float64), -1)
+    logprobs = {i: float(v) for i, v in enumerate(p.log())}
+    tokens = YesNoTokens(yes=(1, 2), no=(3, 4))
+    expected = (p[1] + p[2]) / (p[1] + p[2] + p[3] + p[4])
+    assert yes_probability_from_token_logprobs(logprobs, tokens) == pytest.approx(
+        float(expected), abs=1e-12
+    )
+    del logprobs[4]
+    with pytest.raises(KeyError, match=r"\[4\]"):
+        yes_probability_from_token_logprobs(logprobs, tokens)
+
+
+def test_ids_through_an_encoder_match_the_tokenizer(tiny_reward):
+    """from_encoder (what the remote client feeds with a server's /tokenize) resolves the
+    same ids as from_tokenizer."""
+    tok = tiny_reward.backend.tokenizer
+    for canonical in (True, False):
+        via_encoder = YesNoTokens.from_encoder(
+            lambda text: tok(text, add_special_tokens=False)["input_ids"],
+            lambda ids: tok.decode(ids),
+            canonical=canonical,
+        )
+        assert via_encoder == YesNoTokens.from_tokenizer(tok, canonical=canonical)

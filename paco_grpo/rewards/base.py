@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import LayoutError
 from paco_reward.grids import parse_layout, split_grid
 from paco_reward.images import ImageInput, load_image
 
@@ -116,13 +117,20 @@ class BaseReward:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def grid_layout(prompt: str, meta: dict, default: str | tuple[int, int] | None) -> tuple[int, int]:
-    """``(rows, cols)`` from ``meta["layout"]``, else ``default``, else the prompt."""
+def grid_layout(prompt: str, meta: dict, layout: str | tuple[int, int] | None) -> tuple[int, int]:
+    """``(rows, cols)`` from ``meta["layout"]``, else the prompt's own, else ``layout`` (the
+    reward's explicit setting); :class:`LayoutError` when none names one."""
     if meta.get("layout"):
         return parse_layout(meta["layout"])
-    if default is not None:
-        return parse_layout(default)
-    return parse_layout(prompt)
+    try:
+        return parse_layout(prompt)
+    except LayoutError:
+        if layout is None:
+            raise LayoutError(
+                f"no grid layout for {prompt[:80]!r}: pass metadata['layout'], name it in the "
+                "prompt ('2x2') or give the reward layout=..."
+            ) from None
+    return parse_layout(layout)
 
 
 def grid_panels(

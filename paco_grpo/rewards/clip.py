@@ -214,7 +214,7 @@ class CLIPTextReward(_CLIPReward):
     Args:
         model: CLIP checkpoint (paper: ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``).
         processor: processor checkpoint (default: ``model``).
-        layout: default layout when ``metadata`` has none (``None``: from the prompt).
+        layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         device / dtype / batch_size / long_text / warn_long_text: see :class:`CLIPEncoder`.
 
     Example:
@@ -229,7 +229,7 @@ class CLIPTextReward(_CLIPReward):
         self,
         model: str | Path = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
         processor: str | Path | None = None,
-        layout: str | None = "2x2",
+        layout: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, processor, **kwargs)
@@ -274,7 +274,7 @@ class CLIPImageReward(_CLIPReward):
 
     Args:
         model: CLIP checkpoint folder or hub id.
-        layout: default layout when ``metadata`` has none (``None``: from the prompt).
+        layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         device / dtype / batch_size: see :class:`CLIPEncoder`.
 
     Example:
@@ -287,7 +287,7 @@ class CLIPImageReward(_CLIPReward):
         self,
         model: str | Path = "openai/clip-vit-large-patch14",
         processor: str | Path | None = None,
-        layout: str | None = "2x2",
+        layout: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, processor, **kwargs)

@@ -25,10 +25,10 @@ class PanelColourAgreementReward(BaseReward):
     """Agreement of the panels' mean colours in a grid: ``1 - mean pairwise distance / sqrt(3)``.
 
     A cheap reward a policy can move; 1.0 when every panel has the same mean RGB colour.
-    The layout comes from ``metadata["layout"]``, else ``layout``, else the prompt.
+    The layout comes from ``metadata["layout"]``, else the prompt, else ``layout``.
 
     Args:
-        layout: default layout such as ``"2x2"`` (``None``: read it from the prompt).
+        layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
 
     Example:
         >>> import torch
@@ -38,7 +38,7 @@ class PanelColourAgreementReward(BaseReward):
 
     name = "panel_colour_agreement"
 
-    def __init__(self, layout: str | None = "2x2") -> None:
+    def __init__(self, layout: str | None = None) -> None:
         super().__init__()
         self.layout = layout
 

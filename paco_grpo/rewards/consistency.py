@@ -1,7 +1,7 @@
 """PaCo-Reward rewards: ``consistency`` (image sets / grids) and ``edit_consistency`` (editing).
 
 Both take the evaluator in-process (``PacoReward.from_pretrained``), from a server
-(``server_url=``: ``PacoReward.from_server``, which checks at construction that the server
+(``server_url=``, one URL or a list of replicas: ``PacoReward.from_server``, which checks at construction that the server
 serves ``model`` and raises :class:`~paco_reward.errors.RewardServerError` otherwise, so a
 trainer fails at start-up, not at its first reward), or as a ready ``PacoReward``.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ CONSISTENCY_TEMPLATES = ("consistency", "criteria")
 def load_evaluator(
     model: Any,
     adapter: str | Path | None = None,
-    server_url: str | None = None,
+    server_url: str | Sequence[str] | None = None,
     api_key: str | None = None,
     **kwargs: Any,
 ):
@@ -43,7 +44,8 @@ def load_evaluator(
         model: a ``PacoReward``; with ``server_url`` the served model name; else a folder or
             hub id for ``PacoReward.from_pretrained``.
         adapter: LoRA adapter on top of ``model`` (in-process only).
-        server_url: API root of ``paco-reward serve`` / ``vllm serve`` (``http://host:8000/v1``).
+        server_url: API root of ``paco-reward serve`` / ``vllm serve`` (``http://host:8000/v1``),
+            or a list of replicas' API roots (spread over, a dead replica left out).
         api_key: bearer token for the server.
         **kwargs: passed to ``from_pretrained`` (device, dtype, batch_size, ...) or
             ``from_server`` (max_concurrency, timeout, retries, ...).
@@ -112,9 +114,10 @@ class ConsistencyReward(BaseReward):
     Args:
         model: a ``PacoReward``, a model folder / hub id, or with ``server_url`` the served name.
         adapter: LoRA adapter on ``model`` (in-process).
-        server_url: score through a server; its model list is checked here (fail fast).
+        server_url: score through a server, or a list of replicas of it; its model list is
+            checked here (fail fast).
         api_key: server bearer token.
-        layout: default layout when ``metadata`` has none (``None``: from the prompt).
+        layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         template: ``"consistency"`` (theme) or ``"criteria"``.
         symmetric: score both panel orders and average (position-bias control).
         **load_kwargs: for :func:`load_evaluator` (device, dtype, batch_size, timeout, ...).
@@ -131,9 +134,9 @@ class ConsistencyReward(BaseReward):
         self,
         model: Any = "X-GenGroup/PaCo-Reward-7B",
         adapter: str | None = None,
-        server_url: str | None = None,
+        server_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
-        layout: str | None = "2x2",
+        layout: str | None = None,
         template: str = "consistency",
         symmetric: bool = False,
         **load_kwargs: Any,
@@ -241,7 +244,7 @@ class EditConsistencyReward(BaseReward):
         self,
         model: Any = "X-GenGroup/PaCo-Reward-7B",
         adapter: str | None = None,
-        server_url: str | None = None,
+        server_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         source_key: str = "source_image",
         **load_kwargs: Any,

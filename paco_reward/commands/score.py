@@ -7,98 +7,88 @@ paco-reward explain MODEL A.png B.png --prompt "a red fox"
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
+from paco_reward.command_line import Command, config_field
 from paco_reward.templates import TEMPLATES
 
 
-def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="model folder or hub id (merged PaCo-Reward or a base model)")
-    parser.add_argument("--adapter", help="PEFT LoRA adapter folder/id on top of MODEL")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument(
-        "--dtype", help="torch dtype name, e.g. bfloat16 (default: bf16 on GPU, fp32 on CPU)"
-    )
-    parser.add_argument(
-        "--prompt", help="theme / criterion / edit instruction filling the template"
-    )
-    parser.add_argument(
-        "--template",
-        default=None,
-        help=f"one of {sorted(TEMPLATES)} or a format string with {{prompt}} (default: consistency)",
-    )
+@dataclass
+class ModelArguments:
+    """Which evaluator to load, and the instruction to ask it."""
 
-
-def register(subparsers) -> None:
-    score = subparsers.add_parser(
-        "score", help="score image pairs, a set of images, or a grid image"
+    model: str = config_field(
+        help="Model folder or hub id (merged PaCo-Reward or a base model).", positional=True
     )
-    _add_model_args(score)
-    score.add_argument("images", nargs="*", help="two images (a pair) or more (all pairs of a set)")
-    score.add_argument(
-        "--grid", help="a grid image to cut into panels (layout from --layout or --prompt)"
+    adapter: str | None = config_field(None, help="PEFT LoRA adapter folder/id on top of MODEL.")
+    device: str | None = config_field(None, help="torch device (default: cuda if available).")
+    dtype: str | None = config_field(
+        None, help="torch dtype, e.g. bfloat16 (default: bf16 on GPU)."
     )
-    score.add_argument("--layout", help="grid layout such as 2x2 (default: read from --prompt)")
-    score.add_argument("--symmetric", action="store_true", help="score both orders and average")
-    score.set_defaults(func=run_score)
-
-    explain = subparsers.add_parser(
-        "explain", help="generate the judgement and reasons for one pair"
+    prompt: str | None = config_field(
+        None, help="Theme / criterion / edit instruction filling the template."
     )
-    _add_model_args(explain)
-    explain.add_argument("images", nargs=2, help="the two images (reference/source first)")
-    explain.add_argument("--max-new-tokens", type=int, default=256)
-    explain.set_defaults(func=run_explain)
-
-
-def _load(args):
-    from paco_reward import PacoReward
-
-    return PacoReward.from_pretrained(
-        args.model, adapter=args.adapter, device=args.device, dtype=args.dtype
+    template: str | None = config_field(
+        None,
+        help=f"One of {sorted(TEMPLATES)} or a format string with {{prompt}} (default: consistency).",
     )
 
+    def load(self):
+        from paco_reward import PacoReward
 
-def run_score(args) -> int:
-    if args.grid is None and len(args.images) < 2:
-        raise SystemExit("paco-reward score: give two or more images, or --grid GRID.")
-    rm = _load(args)
+        return PacoReward.from_pretrained(
+            self.model, adapter=self.adapter, device=self.device, dtype=self.dtype
+        )
+
+
+@dataclass
+class ScoreArguments(ModelArguments):
+    """Score two images (a pair), more (every pair of a set), or a grid cut into panels."""
+
+    images: list[str] = config_field(
+        list, help="Two images (a pair) or more (all pairs of a set).", positional=True, nargs="*"
+    )
+    grid: str | None = config_field(
+        None, help="A grid image to cut into panels (layout from --layout or --prompt)."
+    )
+    layout: str | None = config_field(
+        None, help="Grid layout such as 2x2 (default: from --prompt)."
+    )
+    symmetric: bool = config_field(False, help="Score both orders and average.")
+
+    def __post_init__(self) -> None:
+        if self.grid is None and len(self.images) < 2:
+            raise ValueError("give two or more images, or --grid GRID.")
+
+
+@dataclass
+class ExplainArguments(ModelArguments):
+    """Generate the judgement and its reasons for one pair."""
+
+    images: list[str] = config_field(
+        list, help="The two images (reference/source first).", positional=True, nargs=2
+    )
+    max_new_tokens: int = config_field(256, help="Longest judgement generated.")
+
+
+def score(args: ScoreArguments) -> int:
+    rm = args.load()
+    kwargs = {"template": args.template, "symmetric": args.symmetric}
     if args.grid is not None:
-        result = rm.score_grid(
-            args.grid,
-            args.prompt,
-            layout=args.layout,
-            template=args.template,
-            symmetric=args.symmetric,
-        )
+        result = rm.score_grid(args.grid, args.prompt, layout=args.layout, **kwargs)
     elif len(args.images) == 2:
-        score = rm.score(
-            *args.images, args.prompt, template=args.template, symmetric=args.symmetric
-        )
-        print(json.dumps({"score": score}))
+        print(json.dumps({"score": rm.score(*args.images, args.prompt, **kwargs)}))
         return 0
     else:
-        result = rm.score_set(
-            args.images, args.prompt, template=args.template, symmetric=args.symmetric
-        )
-    print(
-        json.dumps(
-            {
-                "mean": result.mean,
-                "pairs": [
-                    {"a": i, "b": j, "score": float(s)}
-                    for (i, j), s in zip(result.pairs, result.scores)
-                ],
-            }
-        )
-    )
+        result = rm.score_set(args.images, args.prompt, **kwargs)
+    pairs = [{"a": i, "b": j, "score": float(s)} for (i, j), s in zip(result.pairs, result.scores)]
+    print(json.dumps({"mean": result.mean, "pairs": pairs}))
     return 0
 
 
-def run_explain(args) -> int:
-    rm = _load(args)
-    judgement = rm.explain(
+def explain(args: ExplainArguments) -> int:
+    judgement = args.load().explain(
         *args.images, args.prompt, template=args.template, max_new_tokens=args.max_new_tokens
     )
     print(
@@ -107,3 +97,9 @@ def run_explain(args) -> int:
         )
     )
     return 0
+
+
+COMMANDS = [
+    Command("score", ScoreArguments, score, "Score image pairs, a set of images, or a grid."),
+    Command("explain", ExplainArguments, explain, "Generate the judgement for one pair."),
+]

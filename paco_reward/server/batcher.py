@@ -29,11 +29,10 @@ import torch
 from PIL import Image
 
 from paco_reward.images import image_hash
+from paco_reward.local_backend import PairRequest
 from paco_reward.yes_no import yes_probability
 
 logger = logging.getLogger(__name__)
-
-PairRequest = tuple[int, int, str]
 
 
 class ServerOverloadedError(RuntimeError):

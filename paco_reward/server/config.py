@@ -11,11 +11,16 @@ class ServerConfig:
     bounded bodies and images).
 
     Example:
-        >>> ServerConfig(model_name="tiny", max_batch_size=16).max_wait_ms
+        >>> ServerConfig(served_model_name="tiny", max_batch_size=16).max_wait_ms
         5.0
     """
 
-    model_name: str = field(metadata={"help": "name served in /v1/models and required in requests"})
+    served_model_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "name served in /v1/models and required in requests (default: the model folder's name)"
+        },
+    )
     api_key: str | None = field(
         default=None,
         metadata={"help": "when set, every /v1 request needs 'Authorization: Bearer <key>'"},
@@ -54,8 +59,12 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model_name, str) or not self.model_name.strip():
-            raise ValueError(f"model_name must be a non-empty string; got {self.model_name!r}.")
+        if self.served_model_name is not None and (
+            not isinstance(self.served_model_name, str) or not self.served_model_name.strip()
+        ):
+            raise ValueError(
+                f"served_model_name must be a non-empty string; got {self.served_model_name!r}."
+            )
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must be a non-empty string or None (no authentication).")
         for name in (

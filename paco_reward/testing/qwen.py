@@ -137,8 +137,19 @@ def build_tiny_tokenizer(vocab_size: int = 1024):
     return tokenizer
 
 
-def tiny_config_dict(tokenizer, **overrides: Any) -> dict:
-    """The tiny Qwen2.5-VL configuration; ``overrides`` update the text/vision/top level."""
+# vLLM's CPU attention kernels take head sizes 32, 64, 80, ... but not the tiny model's 16:
+# the vLLM-compatible tiny model has 2 heads of 32 (1 key/value head) over the same width,
+# with the M-RoPE sections scaled to the larger head (they sum to head_dim / 2).
+VLLM_CPU_TEXT_CONFIG: dict[str, Any] = {
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 10000.0},
+}
+
+
+def tiny_config_dict(tokenizer, vllm_compatible: bool = False, **overrides: Any) -> dict:
+    """The tiny Qwen2.5-VL configuration; ``overrides`` update the text/vision/top level.
+    ``vllm_compatible`` gives the text model a head size vLLM's CPU kernels accept."""
     text = {
         "vocab_size": len(tokenizer),
         "hidden_size": 64,
@@ -175,6 +186,8 @@ def tiny_config_dict(tokenizer, **overrides: Any) -> dict:
         "vision_end_token_id": tokenizer.convert_tokens_to_ids("<|vision_end|>"),
         "tie_word_embeddings": False,
     }
+    if vllm_compatible:
+        text.update(VLLM_CPU_TEXT_CONFIG)
     text.update(overrides.pop("text_config", {}))
     vision.update(overrides.pop("vision_config", {}))
     if vision["out_hidden_size"] != text["hidden_size"]:
@@ -188,6 +201,7 @@ def build_tiny_model(
     seed: int = 0,
     min_pixels: int = 28 * 28,
     max_pixels: int = 56 * 56,
+    vllm_compatible: bool = False,
     **overrides: Any,
 ) -> Path:
     """Write a randomly initialised tiny Qwen2.5-VL evaluator to ``output_dir``.
@@ -197,6 +211,8 @@ def build_tiny_model(
         seed: seed for the random weights; the same seed gives the same model.
         min_pixels / max_pixels: the image processor's pixel budget. The default
             keeps every image at 1 to 4 vision tokens so tests run fast on CPU.
+        vllm_compatible: attention heads of 32 (:data:`VLLM_CPU_TEXT_CONFIG`) instead of 16,
+            so vLLM's CPU backend can serve the model; same width, vocabulary and images.
         **overrides: ``text_config={...}``, ``vision_config={...}`` or top-level
             Qwen2.5-VL config fields.
 
@@ -221,7 +237,9 @@ def build_tiny_model(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tiny_tokenizer()
-    config = Qwen2_5_VLConfig(**tiny_config_dict(tokenizer, **overrides))
+    config = Qwen2_5_VLConfig(
+        **tiny_config_dict(tokenizer, vllm_compatible=vllm_compatible, **overrides)
+    )
 
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)

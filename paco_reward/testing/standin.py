@@ -64,7 +64,9 @@ class StandInConfig:
     )
     tiny_vision: str = field(
         default="wide",
-        metadata={"help": "Vision tower of the tiny model (paco_reward.testing.qwen.TINY_VISION_TOWERS)."},
+        metadata={
+            "help": "Vision tower of the tiny model (paco_reward.testing.qwen.TINY_VISION_TOWERS)."
+        },
     )
     text_config: dict[str, Any] = field(
         default_factory=dict,
@@ -218,7 +220,11 @@ def evaluate_describer(model, processor, examples, instruction: str, pixels: int
         # Every prompt has the same length (one image of a fixed budget), so the batch
         # needs no padding once the empty answer's end-of-turn token is cut.
         width = int(batch["labels"].ne(IGNORE_INDEX).float().argmax(-1).min())
-        inputs = {k: v[:, :width] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v for k, v in batch.items() if k != "labels"}
+        inputs = {
+            k: v[:, :width] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v
+            for k, v in batch.items()
+            if k != "labels"
+        }
         with torch.inference_mode():
             out = model.generate(**inputs, max_new_tokens=48, do_sample=False)
         generated += processor.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)

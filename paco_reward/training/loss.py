@@ -14,11 +14,25 @@ tokens of that sequence:
 
   α = 1/n gives every token weight 1/n: plain per-sequence-averaged MLE.
 
-``mode="reference"``, the released PaCo-RL training code (kept so PaCo-Reward-7B can be
-reproduced): the decision token gets weight α/n and every other token
-n(1 − α)/(n − 1)/n, and the weighted sum is averaged over the supervised tokens::
+``mode="reference"``, the released PaCo-RL training code (``CustomSeq2SeqTrainer.compute_loss``
+in ``PaCo-Reward/LLaMA-Factory/src/llamafactory/train/sft/trainer.py``, kept so PaCo-Reward-7B
+can be reproduced): the decision token gets weight α and every other supervised token
+n_i(1 − α)/(n_i − 1), and the weighted sum is averaged over the supervised tokens::
 
-    L = Σ_i [ α/n_i · CE_0 + n_i(1 − α)/(n_i − 1)/n_i · Σ_{k ≥ 1} CE_k ] / (number of tokens)
+    L = Σ_i [ α · CE_0 + n_i(1 − α)/(n_i − 1) · Σ_{k ≥ 1} CE_k ] / (number of tokens)
+
+  Each sequence's weights sum to n_i, so α = 1/n_i is plain token-averaged MLE.
+
+Where the released code differs, on purpose:
+
+- normaliser: it divides by the micro-batch's token count; we divide by the count over the
+  whole accumulated batch (below), so gradient accumulation does not change the loss.
+- a sequence with one supervised token (n_i = 1): the released weights are computed as
+  ``w + (α − w)`` with ``w = (1 − α)/1e-8``, which cancels to 0 in float32, so such a
+  sequence is not trained at all; here its decision token gets weight α (the exact value
+  of the released expression).
+- a batch with no supervised token: the released loss is 0/0 = NaN; here it is 0 (with a
+  gradient), so an empty micro-batch cannot poison an accumulated step.
 
 The normaliser (sequences for ``paper``, tokens for ``reference``) defaults to the
 micro-batch's own count. The trainer passes the count over the *whole accumulated batch*
@@ -78,8 +92,8 @@ def token_weights(labels: torch.Tensor, alpha: float | None, mode: str = "paper"
         weights = torch.where(first, decision, weights)
         weights = torch.where(rest, (1.0 - alpha) / others, weights)
     else:
-        weights = torch.where(first, alpha / n, weights)
-        weights = torch.where(rest, n * (1.0 - alpha) / others / n, weights)
+        weights = torch.where(first, torch.full_like(n, alpha), weights)
+        weights = torch.where(rest, n * (1.0 - alpha) / others, weights)
     return weights
 
 

@@ -1,8 +1,11 @@
 """Configuration of the PaCo-Reward SFT trainer (:class:`PacoSFTConfig`).
 
-Every field of ``transformers.TrainingArguments`` is available (learning rate, scheduler,
-batch sizes, bf16, gradient checkpointing, DeepSpeed/FSDP, checkpointing, ...), plus the
-fields below. A YAML recipe maps 1:1 onto these fields (see ``recipes/``).
+A trl ``SFTConfig``: every field of ``transformers.TrainingArguments`` and of trl's
+``SFTConfig`` is available (learning rate, scheduler, batch sizes, bf16, gradient
+checkpointing, DeepSpeed/FSDP, checkpointing, ...), plus the fields below. Where trl changes
+a ``TrainingArguments`` default (bf16, gradient checkpointing, logging steps, learning rate,
+max_length), the ``TrainingArguments`` one is kept, so a recipe means what it says. A YAML
+recipe maps 1:1 onto these fields (see ``recipes/``).
 
     >>> cfg = PacoSFTConfig(output_dir="out", model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct",
     ...                     dataset_path="pairs/")
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transformers import TrainingArguments
+from trl import SFTConfig
 
 from paco_reward.training.loss import LOSS_MODES
 
@@ -27,13 +30,32 @@ VISION_LINEAR_LAYERS = ("qkv", "proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
-class PacoSFTConfig(TrainingArguments):
+class PacoSFTConfig(SFTConfig):
     """Arguments of :class:`~paco_reward.training.PacoSFTTrainer` (see the module docstring).
 
     Defaults follow the paper (arXiv 2512.04784): LoRA r=32, alpha=64, dropout 0 on every
     linear layer of the language model, vision tower and merger frozen, α = 0.1.
     """
 
+    # ------------------------------------------------------------------ TrainingArguments defaults
+    learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate."})
+    bf16: bool | None = field(
+        default=False, metadata={"help": "bf16 mixed precision (TrainingArguments' default: off)."}
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of activation_checkpointing (TrainingArguments')."},
+    )
+    logging_steps: float = field(
+        default=500, metadata={"help": "Log every N optimizer steps (a ratio when < 1)."}
+    )
+    dataset_kwargs: dict | str | None = field(
+        default_factory=lambda: {"skip_prepare_dataset": True},
+        metadata={
+            "help": "trl dataset preparation; skipped: the collator renders each pair row with "
+            "the scorer's templates."
+        },
+    )
     # ------------------------------------------------------------------ model
     model_name_or_path: str | None = field(
         default=None,
@@ -133,7 +155,7 @@ class PacoSFTConfig(TrainingArguments):
         default=None,
         metadata={
             "help": "Maximum tokens per row; longer reasons are cut (the decision token and "
-            "prompt never are). None = no limit."
+            "prompt never are). None = no limit (trl's default is 1024)."
         },
     )
     # ------------------------------------------------------------------ objective

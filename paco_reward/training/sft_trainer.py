@@ -1,6 +1,10 @@
 """``PacoSFTTrainer``: supervised fine-tuning of the pairwise evaluator.
 
-A ``transformers.Trainer`` that overrides only what PaCo-Reward needs:
+A trl ``SFTTrainer`` (with its config, :class:`PacoSFTConfig`, an ``SFTConfig``) over the
+model, processor and pair datasets the script loaded (:func:`~paco_reward.training.loading.build_trainer`;
+LoRA through ``peft_config`` as in trl), with the scorer's own collator (rows are rendered by
+:mod:`paco_reward.templates`; trl's dataset preparation is skipped). It overrides only what
+PaCo-Reward needs:
 
 * ``compute_loss``: :func:`~paco_reward.training.loss.first_token_weighted_loss`, with the
   accumulated batch's normaliser so gradient accumulation keeps the loss scale;
@@ -9,11 +13,12 @@ A ``transformers.Trainer`` that overrides only what PaCo-Reward needs:
 * ``prediction_step`` / ``evaluate``: teacher-forced decision-token metrics
   (:mod:`paco_reward.training.metrics`), always on answer-first targets;
 * ``_load_from_checkpoint`` / ``_load_best_model``: reload fully fine-tuned weights through
-  ``from_pretrained`` (transformers 5's checkpoint key names; see ``_reload_full_weights``).
+  ``from_pretrained`` (transformers 5's checkpoint key names, huggingface/transformers#43701;
+  see ``_reload_full_weights``).
 
-    >>> cfg = PacoSFTConfig(output_dir="out", model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct",
-    ...                     dataset_path="pairs/")                      # doctest: +SKIP
-    >>> trainer = PacoSFTTrainer(args=cfg)                              # doctest: +SKIP
+    >>> model, processor = load_model_and_processor(cfg)                # doctest: +SKIP
+    >>> trainer = PacoSFTTrainer(model, cfg, train_dataset=train, eval_dataset=test,
+    ...                          processing_class=processor, peft_config=lora_config(cfg))  # doctest: +SKIP
     >>> trainer.train()                                                 # doctest: +SKIP
 """
 
@@ -23,191 +28,54 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import Trainer
+from trl import SFTTrainer
 
 from paco_reward.training.callbacks import MetricsFileCallback
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
 from paco_reward.training.loss import first_token_weighted_loss, loss_normaliser
 from paco_reward.training.metrics import compute_decision_metrics
-from paco_reward.training.sft_config import (
-    LM_LINEAR_LAYERS,
-    TOY_DATASET,
-    VISION_LINEAR_LAYERS,
-    PacoSFTConfig,
-)
+from paco_reward.training.sft_config import PacoSFTConfig
 from paco_reward.yes_no import YesNoTokens, yes_probability
 
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------- model and data
-def build_or_locate_model(args: PacoSFTConfig) -> str:
-    """The model folder to load; builds the from-scratch tiny model when ``tiny_model``."""
-    if not args.model_name_or_path:
-        raise ValueError("model_name_or_path is not set; give a Qwen2.5-VL folder or hub id.")
-    path = Path(args.model_name_or_path)
-    if args.tiny_model and not (path / "config.json").is_file():
-        from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
-
-        side = args.image_max_pixels or 28 * 28
-        logger.info("Building a from-scratch tiny Qwen2.5-VL at %s", path)
-        build_tiny_model(
-            path,
-            seed=args.seed,
-            min_pixels=args.image_min_pixels or side,
-            max_pixels=side,
-            vision_config=TINY_VISION_TOWERS[args.tiny_vision],
-        )
-    return str(args.model_name_or_path)
-
-
-def lora_target_regex(args: PacoSFTConfig) -> str:
-    """Regex (peft full-match) of the linear layers that get LoRA: the language model's
-    ``lora_target_modules``, plus the vision tower's linear layers when it is not frozen."""
-    unknown = sorted(set(args.lora_target_modules) - set(LM_LINEAR_LAYERS))
-    if unknown:
-        raise ValueError(
-            f"lora_target_modules {unknown} are not linear layers of the language model; "
-            f"choose from {list(LM_LINEAR_LAYERS)}."
-        )
-    names = "|".join(args.lora_target_modules)
-    pattern = rf".*language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
-    if not args.freeze_vision_tower:
-        pattern += rf"|.*visual\.blocks\.\d+\.(attn|mlp)\.({'|'.join(VISION_LINEAR_LAYERS)})"
-    return pattern
-
-
-def load_model_and_processor(args: PacoSFTConfig):
-    """Load Qwen2.5-VL and its processor, then apply LoRA or freezing as configured.
-
-    Returns:
-        ``(model, processor)``; with LoRA the model is a ``peft.PeftModel``.
-    """
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
-
-    path = build_or_locate_model(args)
-    kwargs = {"dtype": args.torch_dtype}
-    if args.attn_implementation:
-        kwargs["attn_implementation"] = args.attn_implementation
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, **kwargs)
-    processor = AutoProcessor.from_pretrained(path)
-    visual = model.model.visual
-    if args.use_lora:
-        from peft import LoraConfig, get_peft_model
-
-        model.requires_grad_(False)
-        lora = LoraConfig(
-            r=args.lora_r,
-            lora_alpha=args.lora_alpha,
-            lora_dropout=args.lora_dropout,
-            target_modules=lora_target_regex(args),
-            modules_to_save=None if args.freeze_merger else ["merger"],
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora)
-    else:
-        model.requires_grad_(True)
-        visual.requires_grad_(not args.freeze_vision_tower)
-        visual.merger.requires_grad_(not args.freeze_merger)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())
-    logger.info("Trainable parameters: %d / %d (%.2f%%)", trainable, total, 100 * trainable / total)
-    return model, processor
-
-
-def load_pair_datasets(args: PacoSFTConfig):
-    """``(train, eval)`` datasets from ``dataset_path`` (PAIR_SCHEMA) or the toy generator."""
-
-    if not args.dataset_path:
-        raise ValueError(f"dataset_path is not set; give a pair dataset folder or {TOY_DATASET!r}.")
-    if args.dataset_path == TOY_DATASET:
-        from paco_reward.training.toy import colour_pair_splits
-
-        splits = colour_pair_splits(args.toy_train_size, args.toy_test_size, seed=args.seed)
-    else:
-        splits = load_pair_dataset_dict(args.dataset_path)
-    if args.train_split not in splits:
-        raise ValueError(
-            f"train_split {args.train_split!r} not in {args.dataset_path!r} (has {list(splits)})."
-        )
-    train = splits[args.train_split]
-    if args.max_train_samples is not None:
-        train = train.select(range(min(args.max_train_samples, len(train))))
-    evaluation = None
-    if args.eval_split:
-        if args.eval_split not in splits:
-            raise ValueError(
-                f"eval_split {args.eval_split!r} not in {args.dataset_path!r} (has {list(splits)}); "
-                "set eval_split to one of them or to ''."
-            )
-        evaluation = splits[args.eval_split]
-        if args.max_eval_samples is not None:
-            evaluation = evaluation.select(range(min(args.max_eval_samples, len(evaluation))))
-    return train, evaluation
-
-
-def load_pair_dataset_dict(path: str | Path):
-    """Load an exported pair dataset: a ``save_to_disk`` folder, a folder holding ``hf/``,
-    or one holding ``parquet/<split>.parquet``."""
-    import datasets
-
-    path = Path(path)
-    for candidate in (path, path / "hf"):
-        if (candidate / "dataset_dict.json").is_file():
-            return datasets.load_from_disk(str(candidate))
-    parquet = path / "parquet"
-    if parquet.is_dir() and any(parquet.glob("*.parquet")):
-        files = {p.stem: str(p) for p in sorted(parquet.glob("*.parquet"))}
-        splits = datasets.load_dataset("parquet", data_files=files)
-        return splits.cast_column("image_a", datasets.Image()).cast_column(
-            "image_b", datasets.Image()
-        )
-    raise ValueError(
-        f"No pair dataset at {str(path)!r}: expected a DatasetDict saved with save_to_disk "
-        "(dataset_dict.json), or hf/ or parquet/ inside it."
-    )
-
-
 # ---------------------------------------------------------------------- trainer
-class PacoSFTTrainer(Trainer):
+class PacoSFTTrainer(SFTTrainer):
     """SFT trainer of the PaCo pairwise evaluator (see the module docstring).
 
     Args:
-        model: a loaded model, or None to load ``args.model_name_or_path`` (LoRA/freezing
-            applied as configured).
+        model: the loaded Qwen2.5-VL (see :func:`~paco_reward.training.loading.load_model_and_processor`).
         args: :class:`PacoSFTConfig`.
-        train_dataset / eval_dataset: PAIR_SCHEMA datasets; None loads ``args.dataset_path``.
-        processing_class: the processor (loaded with the model when ``model`` is None).
+        train_dataset / eval_dataset: pair-schema datasets.
+        processing_class: the model's processor.
         data_collator: defaults to :class:`PacoSFTCollator` with the recipe's pixel caps.
+        peft_config: a ``peft.LoraConfig`` (``lora_config(args)``), or ``None`` to train the
+            model as loaded.
     """
 
+    _tag_names = ["trl", "sft", "paco-rl"]
     # compute_loss divides by the accumulated batch's normaliser itself.
     loss_is_scaled_for_ga = True
 
     def __init__(
         self,
-        model=None,
-        args: PacoSFTConfig | None = None,
-        train_dataset=None,
+        model,
+        args: PacoSFTConfig,
+        train_dataset,
         eval_dataset=None,
         processing_class=None,
         data_collator=None,
         compute_metrics=None,
         callbacks=None,
+        peft_config=None,
         **kwargs,
     ) -> None:
         if not isinstance(args, PacoSFTConfig):
             raise TypeError(f"args must be a PacoSFTConfig; got {type(args).__name__}.")
-        # ---- model + processor
-        if model is None:
-            model, loaded_processor = load_model_and_processor(args)
-            processing_class = processing_class or loaded_processor
         if processing_class is None:
-            raise ValueError("processing_class (the model's processor) is required with a model.")
-        # ---- data
-        if train_dataset is None:
-            train_dataset, loaded_eval = load_pair_datasets(args)
-            eval_dataset = eval_dataset if eval_dataset is not None else loaded_eval
+            raise ValueError("processing_class (the model's processor) is required.")
+        # ---- the scorer's own collator: prompts rendered as the scorer renders them
         if data_collator is None:
             data_collator = PacoSFTCollator(
                 processing_class,
@@ -222,13 +90,19 @@ class PacoSFTTrainer(Trainer):
         super().__init__(
             model=model,
             args=args,
+            data_collator=data_collator,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=processing_class,
-            data_collator=data_collator,
             compute_metrics=compute_metrics or compute_decision_metrics,
             callbacks=[MetricsFileCallback(), *(callbacks or [])],
+            peft_config=peft_config,
             **kwargs,
+        )
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in self.model.parameters())
+        logger.info(
+            "Trainable parameters: %d / %d (%.2f%%)", trainable, total, 100 * trainable / total
         )
 
     # ------------------------------------------------------------------ curriculum
@@ -252,12 +126,14 @@ class PacoSFTTrainer(Trainer):
         return batch_samples, count
 
     # ------------------------------------------------------------------ resume
+    # Private overrides, because of huggingface/transformers#43701 (open): transformers 5
+    # saves Qwen2.5-VL weights under the original checkpoint key names, but ``Trainer``
+    # reloads them (on resume and for ``load_best_model_at_end``) with a raw
+    # ``load_state_dict``, which silently loads nothing. Remove when that is fixed upstream.
     def _reload_full_weights(self, checkpoint: str, model) -> bool:
-        """transformers 5 saves Qwen2.5-VL weights under the original checkpoint key names but
-        ``Trainer`` reloads them (on resume and for ``load_best_model_at_end``) with a raw
-        ``load_state_dict``, which silently loads nothing. For a fully fine-tuned (non-PEFT,
-        non-sharded) model, reload through ``from_pretrained``, which maps the keys; returns
-        False when ``Trainer``'s own path applies."""
+        """For a fully fine-tuned (non-PEFT, non-sharded) model, reload through
+        ``from_pretrained``, which maps the keys; returns False when ``Trainer``'s own path
+        applies."""
         if (
             not (Path(checkpoint) / "model.safetensors").is_file()
             or hasattr(model, "peft_config")

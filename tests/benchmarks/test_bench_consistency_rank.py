@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,7 +178,7 @@ def test_cli_with_tiny_paco_clip_and_pixel(
 def test_invalid_data_is_reported(dataset, tmp_path, capsys):
     with pytest.raises(BenchmarkDataError, match="consistency_full_rank.jsonl"):
         cr.load_consistency_rank(tmp_path / "nowhere")
-    assert cr.main(["--data-dir", str(tmp_path / "nowhere"), "--scorer", "pixel"]) == 2
+    assert cr.main(["--data-dir", str(tmp_path / "nowhere"), "--scorer", "pixel"]) == 1
     assert "consistency_full_rank.jsonl" in capsys.readouterr().err
     path = dataset["data_dir"] / "consistency_full_rank.jsonl"
     good = path.read_text()
@@ -197,6 +198,32 @@ def test_invalid_data_is_reported(dataset, tmp_path, capsys):
         cr.run_benchmark(dataset["data_dir"], [], tmp_path, ties="middle")
 
 
+def test_exit_codes_and_one_line_errors(dataset, tmp_path, capsys):
+    """0 done, 1 an error (one line naming the input, no traceback), 2 a usage error."""
+    data = str(dataset["data_dir"])
+    argv = ["--data_dir", data, "--scorer", "pixel", "--output-dir", str(tmp_path / "out")]
+    assert cr.main([*argv, "--no-progress"]) == 0
+    assert "Pixel L1" in capsys.readouterr().out
+    prog = "python -m benchmarks.consistency_rank: error: "
+    errors = [
+        (["--data-dir", str(tmp_path / "nowhere"), "--scorer", "pixel"], "nowhere"),
+        (["--data-dir", data, "--scorer", "pixle"], "Unknown scorer 'pixle'"),
+        ([*argv, "--ties", "middle"], "ties must be one of ['first', 'last']; got 'middle'"),
+        (["--data-dir", data, "--scorer", f"paco:{tmp_path / 'no-model'}"], "no-model"),
+    ]
+    for args, part in errors:
+        assert cr.main(args) == 1, args
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        (line,) = err.strip().splitlines()
+        assert line.startswith(prog) and part in line, line
+    for args in (["--data-dir", data], [*argv, "--limt", "2"], [*argv, "--limit", "two"]):
+        with pytest.raises(SystemExit) as usage:
+            cr.main(args)
+        assert usage.value.code == 2, args
+        assert "usage: python -m benchmarks.consistency_rank" in capsys.readouterr().err
+
+
 def test_resume_refuses_results_of_another_scorer(dataset, tmp_path):
     out = tmp_path / "out"
     cr.run_benchmark(
@@ -211,3 +238,47 @@ def test_duplicate_scorer_names_are_rejected(dataset, tmp_path):
     scorers = [NamedScorer("x", PixelScorer(), "pixel"), NamedScorer("x", PixelScorer(), "pixel")]
     with pytest.raises(ValueError, match="names must be unique"):
         cr.run_benchmark(dataset["data_dir"], scorers, tmp_path / "o", progress=False)
+
+
+@pytest.mark.slow
+def test_runs_as_a_module_of_the_installed_package(built_wheel, dataset, tmp_path, scipy_metrics):
+    """``python -m benchmarks.consistency_rank`` from the wheel installed in a folder of its
+    own, run in a folder that is not the repository: the benchmarks are part of the
+    distribution and need nothing of the checkout (no demo, no tests, no recipes)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import DISTRIBUTED
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+         "--target", str(site), str(built_wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+
+    def python(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+
+    where = python(
+        "-c", f"import importlib.util as u; print(*(u.find_spec(p).origin for p in {DISTRIBUTED}))"
+    )
+    assert where.returncode == 0, where.stderr
+    assert all(Path(p).is_relative_to(site) for p in where.stdout.split()), where.stdout
+    done = python("-m", "benchmarks.consistency_rank", "--data_dir", str(dataset["data_dir"]),
+                  "--scorer", "pixel", "--output_dir", "out", "--no_progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Outputs in out/" in done.stdout
+    summary = json.loads((cwd / "out" / "summary.json").read_text())["methods"]["Pixel L1"]
+    expected = expected_metrics(dataset["items"], scipy_metrics)
+    for name in RANKING_METRICS:
+        assert summary["overall"][name] == pytest.approx(expected[name]), name
+    usage = python("-m", "benchmarks.consistency_rank", "--scorer", "pixel")
+    assert usage.returncode == 2 and "--data_dir" in usage.stderr

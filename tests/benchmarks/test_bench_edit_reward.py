@@ -154,8 +154,10 @@ def test_cli_with_tiny_paco_and_clip(
 def test_invalid_data_is_reported(tmp_path, capsys):
     with pytest.raises(BenchmarkDataError, match="No dataset at"):
         erb.load_edit_reward_bench(tmp_path / "missing")
-    assert erb.main(["--data", str(tmp_path / "missing"), "--scorer", "pixel"]) == 2
-    assert "No dataset at" in capsys.readouterr().err
+    assert erb.main(["--data", str(tmp_path / "missing"), "--scorer", "pixel"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m benchmarks.edit_reward_bench: error: No dataset at")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
     import datasets
 
     ds = datasets.Dataset.from_dict({"key": [["a", "b"]], "instruction": ["x"]})

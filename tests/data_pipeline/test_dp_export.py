@@ -40,7 +40,7 @@ def test_dataset_dict_follows_the_pair_schema(exported):
     assert len(ds["train"]) + len(ds["test"]) == len(pairs)
     for row in ds["train"].select(range(20)):
         pair = pairs[row["pair_id"]]
-        assert row["label"] == pair["label"] and row["template"] == "consistency"
+        assert row["label"] == pair["label"] and row["template"] == pair["template"]
         expected = build_messages(
             render_instruction(row["template"], row["prompt"] or None),
             answer=format_answer(bool(row["label"]), row["reasons"]),
@@ -276,3 +276,94 @@ def test_consistency_rank_ties_collapse_or_skip(synthetic_run, tmp_path):
     assert {item["instance_id"] for item in read(skipped)} == untied
     with pytest.raises(ValueError, match="rank_ties"):
         ExportConfig(rank_ties="break")
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_llamafactory_export_is_the_same_bytes_from_any_path(synthetic_run, tmp_path):
+    """Exported from two copies of the work folder at different paths: byte-identical JSON
+    and image sets; images named by content; no split listed that has no data."""
+    import hashlib
+    import shutil
+
+    work, _ = synthetic_run
+    trees = []
+    for place in ("first/copy", "second/elsewhere/copy"):
+        copy = tmp_path / place
+        shutil.copytree(work, copy, ignore=shutil.ignore_patterns("export"))
+        out = export_dataset(copy, copy / "export", ExportConfig(consistency_rank=False))
+        trees.append(_tree(out / "llamafactory"))
+    assert trees[0] == trees[1]
+    images = {k: v for k, v in trees[0].items() if k.startswith("images/")}
+    assert images and all(Path(k).stem == hashlib.sha256(v).hexdigest() for k, v in images.items())
+    info = json.loads(trees[0]["dataset_info.json"])
+    assert sorted(info) == ["paco_test", "paco_train"]
+    referenced = {
+        image
+        for entry in info.values()
+        for record in json.loads(trees[0][entry["file_name"]])
+        for image in record["images"]
+    }
+    assert referenced == set(images)  # every image is used, none is missing
+
+    # Re-export the first copy with no held-out prompts: no test split listed, its file and
+    # the images only it used are gone.
+    first = tmp_path / "first/copy/export"
+    export_dataset(first.parent, first, ExportConfig(test_fraction=0.0, consistency_rank=False))
+    info = json.loads((first / "llamafactory" / "dataset_info.json").read_text())
+    assert sorted(info) == ["paco_train"]
+    assert not (first / "llamafactory" / "paco_test.json").exists()
+    records = json.loads((first / "llamafactory" / "paco_train.json").read_text())
+    used = {image for record in records for image in record["images"]}
+    on_disk = {k for k in _tree(first / "llamafactory") if k.startswith("images/")}
+    assert used == on_disk
+
+
+def test_two_dataset_names_share_one_dataset_info(synthetic_run, tmp_path):
+    import shutil
+
+    work, _ = synthetic_run
+    copy = tmp_path / "work"
+    shutil.copytree(work, copy, ignore=shutil.ignore_patterns("export"))
+    out = tmp_path / "export"
+    export_dataset(copy, out, ExportConfig(consistency_rank=False, dataset_name="paco_a"))
+    export_dataset(
+        copy, out, ExportConfig(consistency_rank=False, dataset_name="paco_b", test_fraction=0.0)
+    )
+    folder = out / "llamafactory"
+    info = json.loads((folder / "dataset_info.json").read_text())
+    assert sorted(info) == ["paco_a_test", "paco_a_train", "paco_b_train"]
+    for entry in info.values():
+        for record in json.loads((folder / entry["file_name"]).read_text()):
+            assert all((folder / image).is_file() for image in record["images"])
+    with pytest.raises(ValueError, match="dataset_name must be letters"):
+        ExportConfig(dataset_name="../paco")
+
+
+def test_llamafactory_recipe_names_what_the_export_holds(exported):
+    """The documented LLaMA-Factory recipe: its datasets are the export's, its template is
+    Qwen2.5-VL's, and LoRA and image budget are our SFT recipe's."""
+    import yaml
+
+    work, _, _ = exported
+    lf = yaml.safe_load(Path("recipes/llamafactory/paco_reward_lora.yaml").read_text())
+    ours = yaml.safe_load(Path("recipes/paco_reward_7b_lora.yaml").read_text())
+    info = json.loads((work / "export" / "llamafactory" / "dataset_info.json").read_text())
+    assert {lf["dataset"], lf["eval_dataset"]} <= set(info)
+    assert lf["dataset_dir"].endswith("export/llamafactory") and lf["template"] == "qwen2_vl"
+    assert (lf["lora_rank"], lf["lora_alpha"], lf["lora_dropout"]) == (
+        ours["lora_r"],
+        ours["lora_alpha"],
+        ours["lora_dropout"],
+    )
+    assert lf["image_max_pixels"] == ours["image_max_pixels"]
+    assert lf["model_name_or_path"] == ours["model_name_or_path"]
+    assert (
+        Path("recipes/llamafactory/paco_reward_lora.yaml")
+        .read_text()
+        .startswith("# llamafactory-cli train recipes/llamafactory/paco_reward_lora.yaml")
+    )

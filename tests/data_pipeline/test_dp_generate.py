@@ -50,7 +50,7 @@ def test_ingest_errors(tmp_path):
     prepare_prompts(src, work)
     with pytest.raises(DataPipelineError, match="has >= 5 grids"):
         ingest_grids(tmp_path / "grids", work, min_grids=5)
-    Image.new("RGB", (51, 64)).save(tmp_path / "grids" / records[0]["idx"] / "9.png")
+    Image.new("RGB", (37, 64)).save(tmp_path / "grids" / records[0]["idx"] / "9.png")
     with pytest.raises(LayoutError, match="cannot be cut into a 2x2 grid"):
         ingest_grids(tmp_path / "grids", work)
 

@@ -190,7 +190,7 @@ def test_kill_and_resume_loses_nothing_and_asks_nothing_twice(pairs_work, teache
     cmd = [
         sys.executable, "-m", "data_pipeline.cli", "reasons", str(pairs_work),
         "--teacher", "openai", "--base-url", url, "--model", "teacher",
-        "--concurrency", "4", "--backoff", "0.01", "--no-progress",
+        "--concurrency", "4", "--backoff_s", "0.01", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(

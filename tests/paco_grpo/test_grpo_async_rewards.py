@@ -61,12 +61,17 @@ def test_async_scores_equal_sync_exactly_in_order():
     meta = [{}] * 4
     sync = [
         compute_rewards(
-            {"colour": PanelColourAgreementReward(), "slow_first": _SlowFirst()}, b, ["p"] * 4, meta
+            {"colour": PanelColourAgreementReward(layout="2x2"), "slow_first": _SlowFirst()},
+            b,
+            ["p"] * 4,
+            meta,
         ).scores
         for b in batches
     ]
     slow = _SlowFirst()
-    with AsyncRewardRunner({"colour": PanelColourAgreementReward(), "slow_first": slow}) as runner:
+    with AsyncRewardRunner(
+        {"colour": PanelColourAgreementReward(layout="2x2"), "slow_first": slow}
+    ) as runner:
         futures = [runner.submit(b, ["p"] * 4, meta) for b in batches]
         results = [f.result().scores for f in futures]
     for got, want in zip(results, sync):
@@ -92,7 +97,7 @@ def test_rewards_overlap_the_callers_work():
     assert waited < 0.05  # every batch was scored while the next was sampled
     assert total < 4 * 0.1 + 4 * 0.08 * 0.75  # far less than sampling + scoring in sequence
     assert all(r.seconds >= 0.08 for r in results)
-    expected = PanelColourAgreementReward()(batches[0], ["p"] * 4, [{}] * 4)
+    expected = PanelColourAgreementReward(layout="2x2")(batches[0], ["p"] * 4, [{}] * 4)
     np.testing.assert_array_equal(results[0].scores["known_cost"], expected)
 
 
@@ -141,18 +146,18 @@ def trainer(tmp_path_factory):
         {
             "model_name_or_path": str(flux),
             "output_dir": str(root / "out"),
-            "tensorboard": False,
+            "report_to": [],
             "prompts_per_epoch": 2,
-            "group_size": 4,
+            "num_generations": 4,
             "sample_batch_size": 2,
-            "train_batch_size": 8,
-            "num_inner_epochs": 1,
+            "per_device_train_batch_size": 8,
+            "num_iterations": 1,
             "num_sample_images": 0,
             "rewards": {"panel_colour_agreement": 1.0, "known_cost": 0.5, "failing": 0.0},
         },
     )
     rewards = {
-        "panel_colour_agreement": PanelColourAgreementReward(),
+        "panel_colour_agreement": PanelColourAgreementReward(layout="2x2"),
         "known_cost": KnownCostReward(0.005),
         "failing": _Failing(fail_on=-1),
     }
@@ -161,9 +166,21 @@ def trainer(tmp_path_factory):
 
 def test_trainer_async_rewards_equal_sync_and_log_the_wait(trainer):
     trainer.config.async_rewards = False
-    samples_sync, sync, ids_sync, timings_sync = trainer.sample_epoch(0)
+    first = trainer.sample_epoch(0)
+    samples_sync, sync, ids_sync, timings_sync = (
+        first.samples,
+        first.rewards,
+        first.group_ids,
+        first.timings,
+    )
     trainer.config.async_rewards = True
-    samples_async, asynchronous, ids_async, timings_async = trainer.sample_epoch(0)
+    second = trainer.sample_epoch(0)
+    samples_async, asynchronous, ids_async, timings_async = (
+        second.samples,
+        second.rewards,
+        second.group_ids,
+        second.timings,
+    )
     assert ids_sync == ids_async and len(sync["known_cost"]) == 8
     for name in sync:
         np.testing.assert_array_equal(asynchronous[name], sync[name])
@@ -205,11 +222,12 @@ def test_overlap_benchmark_runs_and_scores_identically(tmp_path, capsys):
     from benchmarks.grpo_reward_overlap import main
 
     out = tmp_path / "overlap.json"
-    result = main(
+    code = main(
         ["--prompts", "2", "--group-size", "2", "--batch-size", "1", "--steps", "2"]
         + ["--resolution", "32", "--seconds-per-item", "0.01", "--repeats", "1", "--json", str(out)]
     )
-    assert result["scores_identical"] and json.loads(out.read_text())["batches"] == 4
+    result = json.loads(out.read_text())
+    assert code == 0 and result["scores_identical"] and result["batches"] == 4
     for mode in ("sync", "async"):
         assert 0 <= result["rows"][mode]["reward_share"] < 1
     # synchronous scoring waits for every batch's known cost (4 images x 10 ms)

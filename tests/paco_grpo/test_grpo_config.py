@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from paco_grpo.cli import main, parse_overrides
+from paco_grpo.cli import main
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
 
 BASE = {
@@ -18,7 +18,7 @@ BASE = {
 
 def test_recipes_parse_and_map_to_fields():
     paper = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
-    assert (paper.lora_rank, paper.lora_alpha, paper.group_size, paper.prompts_per_epoch) == (
+    assert (paper.lora_r, paper.lora_alpha, paper.num_generations, paper.prompts_per_epoch) == (
         64,
         128,
         16,
@@ -29,7 +29,7 @@ def test_recipes_parse_and_map_to_fields():
         1024,
         [1],
     )
-    assert (paper.train.noise_level, paper.clip_range, paper.beta, paper.learning_rate) == (
+    assert (paper.train.noise_level, paper.epsilon, paper.beta, paper.learning_rate) == (
         0.7,
         1e-4,
         0.0,
@@ -38,9 +38,9 @@ def test_recipes_parse_and_map_to_fields():
     assert paper.aggregator == "log_tamed" and paper.log_taming_threshold == 0.2
     assert set(paper.rewards) == {"consistency", "clip_t"}
     tiny = GRPOConfig.from_yaml(
-        "recipes/grpo_tiny_cpu.yaml", {"train.resolution": 64, "max_epochs": 2}
+        "recipes/grpo_tiny_cpu.yaml", {"train.resolution": 64, "num_train_epochs": 2}
     )
-    assert tiny.train.resolution == 64 and tiny.max_epochs == 2 and tiny.test.resolution == 64
+    assert tiny.train.resolution == 64 and tiny.num_train_epochs == 2 and tiny.test.resolution == 64
     for path in ("recipes/grpo_flux_t2is.yaml", "recipes/grpo_tiny_cpu.yaml"):
         assert open(path).readline().startswith("# ") and "paco-grpo" in open(path).readline()
 
@@ -62,8 +62,10 @@ def test_unknown_keys_fail(tmp_path):
     recipe.write_text("- a\n- b\n")
     with pytest.raises(ValueError, match="must be a YAML mapping"):
         GRPOConfig.from_yaml(recipe)
-    with pytest.raises(ValueError, match="'max_epochs' is not a section"):
-        GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", {"max_epochs": 3, "max_epochs.x": 1})
+    with pytest.raises(ValueError, match="'num_train_epochs' is not a section"):
+        GRPOConfig.from_yaml(
+            "recipes/grpo_tiny_cpu.yaml", {"num_train_epochs": 3, "num_train_epochs.x": 1}
+        )
     with pytest.raises(ValueError, match="test must be a mapping"):
         GRPOConfig.from_dict({**BASE, "test": 3})
 
@@ -74,6 +76,30 @@ def test_save_json_round_trips(tmp_path):
     data = json.loads((tmp_path / "c.json").read_text())
     assert data.pop("paco_rl_version")
     assert GRPOConfig.from_dict(data) == cfg
+    # the file as written (version included) reloads like a recipe, overrides too
+    assert GRPOConfig.from_yaml(tmp_path / "c.json") == cfg
+    assert GRPOConfig.from_yaml(tmp_path / "c.json", {"seed": 7}).seed == 7
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("lora_rank", "lora_r"), ("lr_scheduler", "lr_scheduler_type"),
+        ("resume_from", "resume_from_checkpoint"), ("tensorboard", "report_to"),
+        ("keep_checkpoints", "save_total_limit"), ("max_epochs", "num_train_epochs"),
+        ("group_size", "num_generations"), ("clip_range", "epsilon"),
+        ("num_inner_epochs", "num_iterations"), ("train_batch_size", "per_device_train_batch_size"),
+        ("ema", "use_ema"),
+    ],
+)  # fmt: skip
+def test_old_names_fail_naming_the_new_one(old, new):
+    with pytest.raises(ValueError, match=f"'{old}' is now '{new}'"):
+        GRPOConfig.from_dict({**BASE, old: 1})
+
+
+def test_old_section_name_fails_naming_the_new_one():
+    with pytest.raises(ValueError, match="'test.batch_size' is now 'per_device_eval_batch_size'"):
+        GRPOConfig.from_dict({**BASE, "test": {"batch_size": 2}})
 
 
 @pytest.mark.parametrize(
@@ -92,10 +118,13 @@ def test_save_json_round_trips(tmp_path):
             "log_taming_threshold must be a number, 'mean' or 'median'",
         ),
         ({"log_taming_threshold": -0.1}, "log_taming_threshold must be >= 0"),
-        ({"lora_rank": 0}, "lora_rank must be a positive integer"),
-        ({"train_batch_size": 1.5}, "train_batch_size must be a positive integer"),
-        ({"group_size": 1}, "group_size must be >= 2"),
-        ({"clip_range": 0.0}, "clip_range and adv_clip_max must be > 0"),
+        ({"lora_r": 0}, "lora_r must be a positive integer"),
+        (
+            {"per_device_train_batch_size": 1.5},
+            "per_device_train_batch_size must be a positive integer",
+        ),
+        ({"num_generations": 1}, "num_generations must be >= 2"),
+        ({"epsilon": 0.0}, "epsilon and adv_clip_max must be > 0"),
         ({"beta": -1.0}, "beta must be >= 0"),
         ({"ema_decay": 1.0}, r"ema_decay must be in \[0, 1\)"),
         ({"save_every": -1}, "save_every, num_sample_images and warmup_steps must be >= 0"),
@@ -111,35 +140,41 @@ def test_save_json_round_trips(tmp_path):
         ({"train": {"noise_steps": []}}, "train.noise_steps must be a non-empty list"),
         ({"test": {"resolution": 0}}, "test.resolution must be a positive multiple of 16"),
         ({"test": {"num_steps": 0}}, "test.num_steps must be >= 1"),
-        ({"test": {"batch_size": 0}}, "test.batch_size >= 1"),
+        ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size must be a positive"),
         ({"test": {"rewards": {}}}, "test.rewards must be a non-empty mapping"),
     ],
 )
 def test_validation_errors_name_the_value(overrides, match):
+    """Each check fires at load time and names the bad value."""
     with pytest.raises(ValueError, match=match):
         GRPOConfig.from_dict({**BASE, **overrides})
 
 
-def test_parse_overrides():
-    assert parse_overrides(
-        ["--train.resolution", "256", "--rewards={a: 1.0}", "--max-epochs", "3"]
-    ) == {
-        "train.resolution": 256,
-        "rewards": {"a": 1.0},
-        "max_epochs": 3,
-    }
-    with pytest.raises(ValueError, match="Expected an override like"):
-        parse_overrides(["max_epochs", "3"])
-    with pytest.raises(ValueError, match="Override --seed has no value"):
-        parse_overrides(["--seed"])
+def test_command_line_flags_are_config_fields():
+    from paco_reward.command_line import parse_config
+
+    cfg = parse_config(
+        GRPOConfig,
+        ["recipes/grpo_tiny_cpu.yaml", "--train.resolution", "256", "--rewards={clip_t: 1.0}",
+         "--num-train-epochs", "3", "--train.noise_steps", "0", "1", "--no_use_ema"],
+        recipe=True,
+    )  # fmt: skip
+    assert (cfg.train.resolution, cfg.num_train_epochs, cfg.train.noise_steps) == (256, 3, [0, 1])
+    assert cfg.rewards == {"clip_t": 1.0} and cfg.use_ema is False  # a mapping replaces
 
 
 def test_cli_reports_config_errors(capsys):
-    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--group_size", "1"]) == 2
-    assert "group_size must be >= 2" in capsys.readouterr().err
+    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--num_generations", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "num_generations must be >= 2" in err and "Traceback" not in err
+    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--max_epochs", "1"]) == 1
+    assert "'max_epochs' is now 'num_train_epochs'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
+        main(["train", "recipes/grpo_tiny_cpu.yaml", "--lerning_rate", "1"])
+    assert usage.value.code == 2
     # the paper recipe's rewards are built at start-up: offline, the evaluator cannot load,
     # and the run stops before any pipeline loads, naming the reward and the fix
-    assert main(["train", "recipes/grpo_flux_t2is.yaml"]) == 2
+    assert main(["train", "recipes/grpo_flux_t2is.yaml"]) == 1
     err = capsys.readouterr().err
     assert "reward 'consistency' could not load its model" in err
     assert "reward_kwargs.consistency.model" in err
@@ -156,14 +191,24 @@ def test_cli_trains_tiny_recipe(tmp_path, capsys):
             str(tmp_path / "flux"),
             "--output_dir",
             str(tmp_path / "out"),
-            "--max_epochs",
+            "--num_train_epochs",
             "2",
             "--test.every",
             "0",
-            "--tensorboard",
-            "false",
+            "--report_to",
+            "none",
         ]
     )
     assert code == 0
     assert "epoch 1: reward/panel_colour_agreement/mean=" in capsys.readouterr().out
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: m\nprompt_file: p.txt\nrewards: {clip_t: 1.0}\n"
+                      "adam_epsilon: 1e-8\nlearning_rate: 3e-4\n")  # fmt: skip
+    cfg = GRPOConfig.from_yaml(recipe)
+    assert cfg.adam_epsilon == 1e-8 and cfg.learning_rate == 3e-4
+    with pytest.raises(ValueError, match="learning_rate must be a number; got 'fast'"):
+        GRPOConfig.from_yaml(recipe, {"learning_rate": "fast"})

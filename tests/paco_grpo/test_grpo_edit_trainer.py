@@ -32,7 +32,7 @@ def kontext_dir(tmp_path_factory):
 
 
 def _config(model_dir, out, **overrides) -> GRPOConfig:
-    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "tensorboard": False}
+    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "report_to": []}
     base.update(overrides)
     return GRPOConfig.from_yaml(RECIPE, base)
 
@@ -62,7 +62,7 @@ def test_kontext_trainer_runs_epochs_and_checkpoint_reloads(kontext_dir, tmp_pat
     from diffusers import FluxKontextPipeline
 
     reward = _MeanColourReward()
-    cfg = _config(kontext_dir, tmp_path, **{"max_epochs": 2, "test.every": 2})
+    cfg = _config(kontext_dir, tmp_path, **{"num_train_epochs": 2, "test.every": 2})
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": reward})
     before = [p.detach().clone() for p in trainer.params]
     history = trainer.train()
@@ -100,7 +100,7 @@ def test_kontext_policy_learns_a_movable_edit_reward(kontext_dir, tmp_path):
     cfg = _config(
         kontext_dir,
         tmp_path,
-        **{"max_epochs": 12, "test.every": 0, "save_every": 0, "num_sample_images": 0},
+        **{"num_train_epochs": 12, "test.every": 0, "save_every": 0, "num_sample_images": 0},
     )
     history = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _MeanColourReward()}).train()
     rewards = [row["reward/panel_colour_agreement/mean"] for row in history]
@@ -124,7 +124,7 @@ class _WideSourceReward:
 
 def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
     cfg = _config(
-        kontext_dir, tmp_path, **{"max_epochs": 1, "test.every": 0, "num_inner_epochs": 1}
+        kontext_dir, tmp_path, **{"num_train_epochs": 1, "test.every": 0, "num_iterations": 1}
     )
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _WideSourceReward()})
     keys = [trainer.group_key(it) for it in trainer.items]
@@ -142,7 +142,7 @@ def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
     row = trainer.run_epoch(0)
     samples, adv = captured["samples"], captured["advantages"]
     groups = [keys[s["item"]] for s in samples]
-    assert len(set(groups)) == 4 and len(samples) == 4 * cfg.group_size
+    assert len(set(groups)) == 4 and len(samples) == 4 * cfg.num_generations
     for key in set(groups):
         members = adv[[g == key for g in groups]]
         assert abs(members.mean()) < 1e-6 and members.std() > 0  # centred per group
@@ -158,7 +158,7 @@ def test_qwen_image_edit_trainer_runs_and_checkpoint_reloads(tmp_path):
 
     model_dir = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     overrides = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "out")}
-    overrides.update({"tensorboard": False, "max_epochs": 2, "test.every": 2})
+    overrides.update({"report_to": [], "num_train_epochs": 2, "test.every": 2})
     overrides.update({"test.num_prompts": 2, "lora_target_modules": QWEN_IMAGE_LORA_TARGETS})
     cfg = GRPOConfig.from_yaml(QWEN_RECIPE, overrides)
     reward = _MeanColourReward()
@@ -199,9 +199,9 @@ def test_cli_builds_tiny_kontext_and_trains_the_edit_recipe(tmp_path, capsys):
             RECIPE,
             f"--model_name_or_path={model_dir}",
             f"--output_dir={tmp_path / 'out'}",
-            "--max_epochs=1",
+            "--num_train_epochs=1",
             "--test.every=0",
-            "--tensorboard=false",
+            "--report_to=none",
         ]
     )
     assert code == 0
@@ -261,15 +261,15 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
         "dtype": "float32",
         "mixed_precision": "no",
         "rewards": {"panel_colour_agreement": 1.0},
-        "reward_kwargs": {},
-        "tensorboard": False,
+        "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},  # edits name no layout
+        "report_to": [],
         "max_sequence_length": 32,
-        "lora_rank": 4,
-        "max_epochs": 1,
+        "lora_r": 4,
+        "num_train_epochs": 1,
         "prompts_per_epoch": 2,
-        "group_size": 2,
+        "num_generations": 2,
         "sample_batch_size": 4,
-        "train_batch_size": 2,
+        "per_device_train_batch_size": 2,
         "gradient_accumulation_steps": 2,
         "train.resolution": 96 if qwen else 32,
         "test.resolution": 64,
@@ -308,7 +308,7 @@ def test_item_sizes_set_the_reference_area_with_overrides(kontext_dir, tmp_path)
     trainer = GRPOTrainer(cfg)
     # item a: 64x64 = 4096 px area at 2:1 -> 96x48; item b: the train area 32^2 -> 32x32
     assert [it.metadata["source_image"].size for it in trainer.items] == [(96, 48), (32, 32)]
-    assert [trainer._resolution(it, 999) for it in trainer.items] == [(48, 96), (32, 32)]
+    assert [trainer.rollout.resolution(it, 999) for it in trainer.items] == [(48, 96), (32, 32)]
 
 
 def test_trainer_rejects_a_pipeline_of_the_wrong_type(kontext_dir, tmp_path):

@@ -18,7 +18,7 @@ from paco_grpo.rewards import (
     build_reward,
     build_rewards,
 )
-from paco_reward.errors import PromptError
+from paco_reward.errors import LayoutError, PromptError
 
 
 def _grid(colours, size=16):
@@ -32,7 +32,7 @@ def _grid(colours, size=16):
 
 
 def test_panel_colour_agreement_closed_form():
-    reward = PanelColourAgreementReward()
+    reward = PanelColourAgreementReward(layout="2x2")
     same = _grid([(0.2, 0.4, 0.6)] * 4)
     two = _grid([(0, 0, 0), (0, 0, 0), (1, 1, 1), (1, 1, 1)])
     scores = reward([same, two], ["p", "p"], [{}, {}])
@@ -57,7 +57,21 @@ def test_failed_item_is_nan_with_a_logged_reason(caplog):
     reward = PanelColourAgreementReward(layout=None)
     with caplog.at_level(logging.WARNING, logger="paco_grpo.rewards"):
         scores = reward([_grid([(0, 0, 0)] * 4)], ["no layout here"], [{}])
-    assert np.isnan(scores[0]) and "No grid layout" in caplog.text
+    assert np.isnan(scores[0]) and "no grid layout for 'no layout here'" in caplog.text
+
+
+@pytest.mark.parametrize("reward_layout", [None, "2x2"])
+def test_a_prompts_own_layout_comes_before_the_rewards(reward_layout):
+    """A 1x4 prompt is cut 1x4 whatever the reward's explicit layout; metadata wins over both."""
+    strip = torch.zeros(3, 16, 64)
+    for k, colour in enumerate([(0, 0, 0), (0, 0, 0), (1, 1, 1), (1, 1, 1)]):
+        strip[:, :, k * 16 : (k + 1) * 16] = torch.tensor(colour, dtype=torch.float32)[
+            :, None, None
+        ]
+    reward = PanelColourAgreementReward(layout=reward_layout)
+    prompt = "FOUR-PANEL Images with a 1x4 grid layout. A fox. [PANEL-1]: a. [PANEL-2]: b."
+    np.testing.assert_allclose(reward([strip], [prompt], [{}]), [1.0 - 4 / 6])
+    np.testing.assert_allclose(reward([strip], ["p"], [{"layout": "1x2"}]), [0.0], atol=1e-6)
 
 
 def test_consistency_reward_equals_score_grid(tiny_reward):
@@ -69,7 +83,7 @@ def test_consistency_reward_equals_score_grid(tiny_reward):
     expected = [tiny_reward.score_grid(g, prompt).mean for g in grids]
     np.testing.assert_allclose(scores, expected, rtol=1e-6)
     assert scores[0] != scores[1]
-    bad = reward([grids[0][:, :63, :]], ["p"], [{"layout": "2x2"}])  # 63 rows: not divisible
+    bad = reward([grids[0][:, :1, :]], ["p"], [{"layout": "2x2"}])  # one row cannot be cut in two
     assert np.isnan(bad[0])
 
 
@@ -94,8 +108,26 @@ def test_load_t2is_and_text(tmp_path):
     assert first.id == "0003" and first.metadata["layout"] == "2x2"
     assert len(first.metadata["panel_prompts"]) == 4 and first.height == 1024
     text = tmp_path / "p.txt"
-    text.write_text("a fox\n\n a bird \n")
-    assert [(i.id, i.prompt) for i in load_prompts(text)] == [("0", "a fox"), ("2", "a bird")]
+    text.write_text("a fox\n\n a bird in a 1x4 strip\n")
+    items = load_prompts(text, layout="2x2")
+    assert [(i.id, i.prompt) for i in items] == [("0", "a fox"), ("2", "a bird in a 1x4 strip")]
+    assert [i.metadata["layout"] for i in items] == ["2x2", "1x4"]  # the prompt's own first
+
+
+def test_t2is_layout_field_then_prompt_then_recipe(tmp_path):
+    import json
+
+    rows = [
+        {"idx": "a", "prompt": "a 2x3 grid of foxes", "layout": "1x2"},
+        {"idx": "b", "prompt": "a 2x3 grid of foxes"},
+        {"idx": "c", "prompt": "foxes"},
+    ]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    layouts = [i.metadata["layout"] for i in load_prompts(path, layout="1x4")]
+    assert layouts == ["1x2", "2x3", "1x4"]
+    with pytest.raises(LayoutError, match=r"p.jsonl:3: no grid layout.*'foxes'.*recipe's `layout`"):
+        load_prompts(path)
 
 
 def test_load_parquet_prompt_image_pairs(tmp_path):
@@ -130,6 +162,10 @@ def test_load_parquet_prompt_image_pairs(tmp_path):
 def test_prompt_loader_errors(tmp_path):
     with pytest.raises(PromptError, match="No prompt file"):
         load_prompts(tmp_path / "missing.txt")
+    nameless = tmp_path / "n.txt"
+    nameless.write_text("a 2x2 grid of foxes\na fox\n")
+    with pytest.raises(LayoutError, match=r"n.txt:2: no grid layout"):
+        load_prompts(nameless)
     empty = tmp_path / "e.txt"
     empty.write_text("\n")
     with pytest.raises(PromptError, match="no prompts found"):
@@ -148,6 +184,6 @@ def test_prompt_loader_errors(tmp_path):
         + "\n"
     )
     with pytest.raises(PromptError, match=r"duplicate prompt ids \['1'\]"):
-        load_prompts(bad)
+        load_prompts(bad, layout="2x2")
     with pytest.raises(PromptError, match="prompt format must be"):
         load_prompts(empty, format="csv")

@@ -104,6 +104,9 @@ def test_clip_t_is_mean_panel_description_cosine(clip_dir, hand):
     assert np.isfinite(scores[:2]).all() and scores[0] != scores[1]
 
 
+LAYOUT_2X2 = [{"layout": "2x2"}]  # the long prompt names no layout
+
+
 def test_clip_t_long_text_truncates_with_a_warning_or_splits_and_averages(clip_dir, hand, caplog):
     grid = _grids(1, seed=3)
     long_prompt = (
@@ -115,8 +118,8 @@ def test_clip_t_long_text_truncates_with_a_warning_or_splits_and_averages(clip_d
 
     truncating = CLIPTextReward(clip_dir)
     with caplog.at_level(logging.WARNING, logger="paco_grpo.rewards"):
-        truncated = truncating(grid, [long_prompt], [{}])
-        truncating(grid, [long_prompt], [{}])
+        truncated = truncating(grid, [long_prompt], LAYOUT_2X2)
+        truncating(grid, [long_prompt], LAYOUT_2X2)
     warnings = [r for r in caplog.records if "truncated" in r.getMessage()]
     assert len(warnings) == 1 and truncating.encoder.num_truncated == 2  # warned once, counted
     assert "long_text='split'" in warnings[0].getMessage()
@@ -127,10 +130,10 @@ def test_clip_t_long_text_truncates_with_a_warning_or_splits_and_averages(clip_d
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="paco_grpo.rewards"):
-        CLIPTextReward(clip_dir, warn_long_text=False)(grid, [long_prompt], [{}])
+        CLIPTextReward(clip_dir, warn_long_text=False)(grid, [long_prompt], LAYOUT_2X2)
     assert not [r for r in caplog.records if "truncated" in r.getMessage()]
 
-    split = CLIPTextReward(clip_dir, long_text="split")(grid, [long_prompt], [{}])
+    split = CLIPTextReward(clip_dir, long_text="split")(grid, [long_prompt], LAYOUT_2X2)
     ids = hand.processor.tokenizer(LONG)["input_ids"]
     body = ids[1:-1]
     chunks = [[ids[0], *body[s : s + 75], ids[-1]] for s in range(0, len(body), 75)]
@@ -141,7 +144,7 @@ def test_clip_t_long_text_truncates_with_a_warning_or_splits_and_averages(clip_d
 
 
 def test_clip_i_is_mean_pairwise_panel_cosine(clip_dir, hand):
-    reward = CLIPImageReward(clip_dir)
+    reward = CLIPImageReward(clip_dir, layout="2x2")
     grids = _grids(2, seed=5)
     same = torch.zeros(3, 64, 64) + torch.rand(
         3, 32, 32, generator=torch.Generator().manual_seed(1)
@@ -153,7 +156,7 @@ def test_clip_i_is_mean_pairwise_panel_cosine(clip_dir, hand):
         expected.append(np.mean([emb[i] @ emb[j] for i in range(4) for j in range(i + 1, 4)]))
     np.testing.assert_allclose(scores[:2], expected, rtol=1e-5, atol=1e-6)
     assert scores[2] == pytest.approx(1.0, abs=1e-6)  # four identical panels
-    bad = reward([grids[0][:, :63]], ["p"], [{}])
+    bad = reward([grids[0][:, :1]], ["p"], [{}])  # one row cannot be cut in two
     assert np.isnan(bad[0]) and reward.num_failed == 1
 
 
@@ -196,3 +199,28 @@ def test_clip_reward_validation(clip_dir):
         reward(_grids(2), ["p"], [{}, {}])
     with pytest.raises(ValueError, match="Unknown reward 'clip'"):
         build_reward("clip")
+
+
+STRIP_PROMPT = (
+    "FOUR-PANEL Images with a 1x4 grid layout. A red fox. [PANEL-1]: a red circle. "
+    "[PANEL-2]: a blue square. [PANEL-3]: a green star. [PANEL-4]: a black shape."
+)
+
+
+def test_a_1x4_text_prompt_is_cut_1x4_by_the_clip_rewards(clip_dir, hand, tmp_path):
+    """Loaded from a text prompt file, with the reward told "2x2" explicitly: the prompt's own
+    layout wins (it used to be cut 2x2 without a word)."""
+    from paco_grpo.data import load_prompts
+
+    path = tmp_path / "strips.txt"
+    path.write_text(STRIP_PROMPT + "\n")
+    (item,) = load_prompts(path, layout="2x2")
+    strip = torch.rand(3, 32, 128, generator=torch.Generator().manual_seed(7))
+    panels = split_grid(_pil(strip), 1, 4)
+    emb = [hand.image(p) for p in panels]
+    clip_i = CLIPImageReward(clip_dir, layout="2x2")([strip], [item.prompt], [item.metadata])
+    expected_i = np.mean([emb[i] @ emb[j] for i in range(4) for j in range(i + 1, 4)])
+    np.testing.assert_allclose(clip_i, [expected_i], rtol=1e-5, atol=1e-6)
+    clip_t = CLIPTextReward(clip_dir, layout="2x2")([strip], [item.prompt], [item.metadata])
+    expected_t = np.mean([e @ hand.text(d) for e, d in zip(emb, DESCRIPTIONS)])
+    np.testing.assert_allclose(clip_t, [expected_t], rtol=1e-5, atol=1e-6)

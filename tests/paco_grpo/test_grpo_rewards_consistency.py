@@ -94,7 +94,7 @@ def test_criteria_consistency_is_mean_over_criteria_then_dimensions(tiny_reward)
 def test_consistency_failures_are_nan_and_async_twin_is_equal(tiny_reward):
     reward = ConsistencyReward(tiny_reward)
     grids = _grids(2, seed=2)
-    bad = grids[1][:, :63, :]  # 63 rows cannot be cut in two
+    bad = grids[1][:, :1, :]  # one row cannot be cut in two
     scores = reward([grids[0], bad], [PROMPT, PROMPT], [{}, {}])
     assert np.isfinite(scores[0]) and np.isnan(scores[1]) and reward.num_failed == 1
     again = asyncio.run(reward.acall([grids[0], bad], [PROMPT, PROMPT], [{}, {}]))
@@ -173,3 +173,16 @@ def test_build_reward_load_errors_name_the_reward(tmp_path):
         build_reward("panel_colour_agreement", colour="red")
     with pytest.raises(ValueError, match="reward_kwargs values must be mappings"):
         build_rewards({"panel_colour_agreement": 1.0}, {"panel_colour_agreement": 3})
+
+
+def test_a_1x4_text_prompt_is_cut_1x4_by_the_consistency_reward(tiny_reward, tmp_path):
+    from paco_grpo.data import load_prompts
+
+    path = tmp_path / "strips.txt"
+    path.write_text("FOUR-PANEL Images with a 1x4 grid layout. A red fox. [PANEL-1]: runs.\n")
+    (item,) = load_prompts(path, layout="2x2")
+    strip = torch.rand(3, 32, 128, generator=torch.Generator().manual_seed(3))
+    score = ConsistencyReward(tiny_reward, layout="2x2")([strip], [item.prompt], [item.metadata])
+    panels = split_grid(load_image(strip), 1, 4)
+    theme = "FOUR-PANEL Images with a 1x4 grid layout. A red fox."
+    assert score[0] == pytest.approx(tiny_reward.score_set(panels, theme).mean, rel=1e-6)

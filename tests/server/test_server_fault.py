@@ -24,7 +24,7 @@ def test_kill_mid_run_then_restart(tiny_model_dir, tiny_reward, random_images):
         patient = PacoReward.from_server(
             server.base_url,
             "tiny",
-            retries=80,
+            retries=240,  # ~2 minutes of back-off: a restart is slow on a loaded 2-core machine
             backoff=0.1,
             max_backoff=0.5,
             cache_size=0,

@@ -106,10 +106,18 @@ def test_openai_client_top_logprobs_match_full_distribution(
 def test_from_server_methods_equal_in_process(remote_reward, tiny_reward, random_images):
     imgs = random_images(4, seed=3)
     theme = "a red fox"
-    pairs = [(imgs[0], imgs[1], theme), (imgs[1], imgs[2], theme), (imgs[2], imgs[3])]
+    pairs = [
+        (imgs[0], imgs[1], theme),
+        (imgs[1], imgs[2], "a blue bird"),
+        (imgs[2], imgs[3], theme),
+    ]
     np.testing.assert_allclose(
-        remote_reward.score_pairs(pairs, template="rank"),
-        tiny_reward.score_pairs(pairs, template="rank"),
+        remote_reward.score_pairs(pairs), tiny_reward.score_pairs(pairs), atol=TOL
+    )
+    theme_free = [(imgs[0], imgs[1]), (imgs[2], imgs[3])]
+    np.testing.assert_allclose(
+        remote_reward.score_pairs(theme_free, template="rank"),
+        tiny_reward.score_pairs(theme_free, template="rank"),
         atol=TOL,
     )
     assert remote_reward.score(imgs[0], imgs[1], theme) == pytest.approx(

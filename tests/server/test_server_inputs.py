@@ -248,7 +248,7 @@ def test_header_parsers_read_real_files():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"model_name": " "}, "model_name must be a non-empty string"),
+        ({"served_model_name": " "}, "served_model_name must be a non-empty string"),
         ({"api_key": ""}, "api_key must be a non-empty string or None"),
         ({"max_batch_size": 0}, "max_batch_size must be >= 1; got 0"),
         ({"max_wait_ms": -1}, "max_wait_ms must be >= 0; got -1"),
@@ -257,7 +257,7 @@ def test_header_parsers_read_real_files():
 )
 def test_server_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        ServerConfig(**{"model_name": "m", **kwargs})
+        ServerConfig(**{"served_model_name": "m", **kwargs})
 
 
 @pytest.mark.parametrize(
@@ -273,3 +273,43 @@ def test_server_config_validation(kwargs, match):
 def test_remote_backend_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RemoteBackend("http://127.0.0.1:9/v1", "m", **kwargs)
+
+
+def test_deeply_nested_json_is_a_400_and_the_connection_keeps_serving(strict_server):
+    """100,000 brackets: refused before the parser recurses; the same keep-alive connection
+    then serves a normal request."""
+    url = strict_server.base_url + "/chat/completions"
+    with httpx.Client() as client:
+        response = client.post(url, content=b"[" * 100_000 + b"]" * 100_000,
+                               headers={"content-type": "application/json"})  # fmt: skip
+        assert response.status_code == 400
+        assert "nested deeper than 32 levels" in response.json()["error"]["message"]
+        assert "Recursion" not in response.text
+        ok = client.post(url, json=chat_body([GOOD, GOOD2]))
+        assert ok.status_code == 200
+
+
+def test_internal_errors_are_logged_with_a_request_id_and_answered_without_details(
+    tiny_reward, caplog
+):
+    """A failure inside the server: the client gets 500 with the request id and no exception
+    text or path; the log has both."""
+    from paco_reward.server.runner import ServerThread
+
+    class Exploding:
+        def __getattr__(self, name):
+            return getattr(tiny_reward.backend, name)
+
+        def encode_images(self, *args, **kwargs):
+            raise RuntimeError("disk full at /secret/model/path")
+
+    with ServerThread(create_app(Exploding(), ServerConfig(MODEL_NAME))) as server:
+        with caplog.at_level("ERROR"):
+            response = httpx.post(server.base_url + "/chat/completions",
+                                  json=chat_body([GOOD, GOOD2]),
+                                  headers={"x-request-id": "req-42"})  # fmt: skip
+    assert response.status_code == 500, response.text
+    assert response.json()["error"]["message"] == "internal server error (request id req-42)"
+    assert "secret" not in response.text and "RuntimeError" not in response.text
+    assert response.headers["x-request-id"] == "req-42"
+    assert "req-42" in caplog.text and "/secret/model/path" in caplog.text

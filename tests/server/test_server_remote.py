@@ -26,22 +26,41 @@ MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conf
 FAST = {"backoff": 0.01, "max_backoff": 0.05, "seed": 0}
 
 
+# The fake server's tokenizer: "Yes" and "No" are single tokens, every other variant is not.
+FAKE_VOCAB = {"Yes": [1], "No": [2]}
+
+
 class FlakyOpenAIServer:
     """A fake OpenAI-compatible server: answers chat requests from a script of
-    ``(status, body)`` steps (the last step repeats) and counts the requests it got."""
+    ``(status, body)`` steps (the last step repeats) and counts the requests it got. Like
+    vLLM it serves ``/tokenize`` and ``/detokenize`` at its root (unless ``tokenize=False``)."""
 
-    def __init__(self, script: list[tuple[int, dict]]) -> None:
+    def __init__(self, script: list[tuple[int, dict]], tokenize: bool = True) -> None:
         self.script = script
         self.calls = 0
+        self.last_request: dict = {}
         app = FastAPI()
 
         @app.get("/v1/models")
         async def models() -> dict:
             return {"object": "list", "data": [{"id": "flaky", "object": "model"}]}
 
+        if tokenize:
+
+            @app.post("/tokenize")
+            async def tokenize_(request: Request) -> dict:
+                text = (await request.json())["prompt"]
+                return {"tokens": FAKE_VOCAB.get(text, [9, 9]), "count": 1}
+
+            @app.post("/detokenize")
+            async def detokenize_(request: Request) -> dict:
+                ids = (await request.json())["tokens"]
+                words = {tuple(v): k for k, v in FAKE_VOCAB.items()}
+                return {"prompt": words.get(tuple(ids), "??")}
+
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> JSONResponse:
-            await request.json()
+            self.last_request = await request.json()
             status, body = self.script[min(self.calls, len(self.script) - 1)]
             self.calls += 1
             return JSONResponse(
@@ -153,12 +172,48 @@ def test_top_k_without_yes_no_is_nan_with_warning(live_server, tiny_reward, rand
 
 
 def test_fake_server_without_yes_no_gives_nan(caplog):
+    """Opting into top-k (exact_yes_no=False): a top-k without yes/no scores NaN."""
     with FlakyOpenAIServer([(200, completion({"maybe": -0.1, "perhaps": -2.0}))]) as fake:
-        rm = PacoReward.from_server(fake.thread.base_url, "flaky", **FAST)
+        rm = PacoReward.from_server(fake.thread.base_url, "flaky", exact_yes_no=False, **FAST)
         with caplog.at_level(logging.WARNING):
             score = rm.backend.score_batch([_img(0), _img(1)], [(0, 1, "x")])
         assert math.isnan(score[0]) and rm.backend.missing_yes_no == 1
         assert "missing_yes_no=1" in caplog.text
+        assert "logprob_token_ids" not in fake.last_request
+
+
+def test_yes_no_ids_from_the_servers_tokenize():
+    """A server that neither advertises ids nor gets a tokenizer: the ids come from its
+    /tokenize (vLLM's), and every request asks for exactly those."""
+    with FlakyOpenAIServer([(200, completion(YES_NO))]) as fake:
+        rm = PacoReward.from_server(fake.thread.base_url, "flaky", **FAST)
+        assert rm.backend.yes_no_token_ids == [1, 2]
+        score = rm.backend.score_batch([_img(0), _img(1)], [(0, 1, "x")])
+        assert fake.last_request["logprob_token_ids"] == [1, 2]
+        assert score[0] == pytest.approx(yes_probability_from_logprobs(YES_NO))
+
+
+def test_server_ignoring_logprob_token_ids_raises():
+    """A server that accepts the field but answers with its top-k (HTTP 200) is caught: the
+    requested tokens did not all come back, so the score would be truncated."""
+    from paco_reward.errors import LogprobTokenIdsIgnoredError
+
+    with FlakyOpenAIServer([(200, completion({"maybe": -0.1, "Yes": -2.0}))]) as fake:
+        rm = PacoReward.from_server(fake.thread.base_url, "flaky", **FAST)
+        with pytest.raises(LogprobTokenIdsIgnoredError, match="2 yes/no tokens were requested, 1"):
+            rm.score(_img(0), _img(1), "x")
+        assert rm.backend.cache_info()["size"] == 0
+
+
+def test_no_way_to_find_yes_no_ids_raises_at_construction():
+    with FlakyOpenAIServer([(200, completion(YES_NO))], tokenize=False) as fake:
+        with pytest.raises(RewardServerError, match="Cannot find the yes/no token ids"):
+            PacoReward.from_server(fake.thread.base_url, "flaky", **FAST)
+        # with the ids given, it scores exactly
+        rm = PacoReward.from_server(fake.thread.base_url, "flaky", yes_no_token_ids=[1, 2], **FAST)
+        assert rm.score(_img(0), _img(1), "x") == pytest.approx(
+            yes_probability_from_logprobs(YES_NO)
+        )
 
 
 def _img(seed: int):

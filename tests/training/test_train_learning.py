@@ -13,6 +13,7 @@ import pytest
 
 from paco_reward import PacoReward
 from paco_reward.training import PacoSFTConfig, PacoSFTTrainer
+from paco_reward.training.loading import load_model_and_processor, lora_config
 from paco_reward.training.metrics import decision_metrics
 from paco_reward.training.toy import colour_pair_splits
 
@@ -44,7 +45,15 @@ def test_tiny_model_learns_same_colour_with_reasoning_warmup(tmp_path):
         disable_tqdm=True,
         seed=0,
     )
-    trainer = PacoSFTTrainer(args=cfg, train_dataset=splits["train"], eval_dataset=splits["test"])
+    model, processor = load_model_and_processor(cfg)
+    trainer = PacoSFTTrainer(
+        model,
+        cfg,
+        train_dataset=splits["train"],
+        eval_dataset=splits["test"],
+        processing_class=processor,
+        peft_config=lora_config(cfg),
+    )
     trainer.train()
     metrics = trainer.evaluate()
     assert metrics["eval_decision_accuracy"] >= 0.85, metrics

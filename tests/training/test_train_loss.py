@@ -45,9 +45,9 @@ def test_reference_mode_matches_hand_computed_value():
     ces = [[2.0, 1.0, 3.0], [0.5, 1.5]]
     logits, labels = _logits_for(ces)
     alpha = 0.3
-    # decision token: α/n; others: n(1-α)/(n-1)/n; weighted sum over all 5 tokens / 5.
-    seq0 = alpha / 3 * 2.0 + 3 * (1 - alpha) / 2 / 3 * (1.0 + 3.0)
-    seq1 = alpha / 2 * 0.5 + 2 * (1 - alpha) / 1 / 2 * 1.5
+    # decision token: α; others: n(1-α)/(n-1); weighted sum over all 5 tokens / 5.
+    seq0 = alpha * 2.0 + 3 * (1 - alpha) / 2 * (1.0 + 3.0)
+    seq1 = alpha * 0.5 + 2 * (1 - alpha) / 1 * 1.5
     expected = (seq0 + seq1) / 5
     got = first_token_weighted_loss(logits, labels, alpha=alpha, mode="reference")
     assert got.item() == pytest.approx(expected, abs=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
-from paco_reward.training.sft_trainer import load_pair_dataset_dict
+from paco_reward.training.loading import load_pair_dataset_dict
 
 
 @pytest.fixture(scope="module")

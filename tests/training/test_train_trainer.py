@@ -10,7 +10,7 @@ import torch
 
 from paco_reward.training import PacoSFTCollator, PacoSFTConfig, PacoSFTTrainer
 from paco_reward.training.callbacks import read_metrics
-from paco_reward.training.sft_trainer import load_model_and_processor
+from paco_reward.training.loading import build_trainer, load_model_and_processor, lora_config
 from paco_reward.training.toy import colour_pairs
 
 
@@ -48,6 +48,7 @@ def _trainer(cfg, pairs, eval_pairs=None, collator=None):
         eval_dataset=eval_pairs,
         processing_class=processor,
         data_collator=collator,
+        peft_config=lora_config(cfg),
     )
 
 
@@ -91,7 +92,7 @@ def test_full_finetune_respects_freeze_switches(tmp_path, tiny_model_dir, pairs)
 
 def test_lora_with_unfrozen_vision_tower_and_merger(tmp_path, tiny_model_dir):
     cfg = _config(tmp_path, tiny_model_dir, freeze_vision_tower=False, freeze_merger=False)
-    model, _ = load_model_and_processor(cfg)
+    model = _trainer(cfg, colour_pairs(4, seed=1, size=28)).model
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any("visual.blocks" in n and "lora_" in n for n in names)
     assert any("merger" in n and "modules_to_save" in n for n in names)
@@ -214,6 +215,7 @@ def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
         eval_dataset=pairs.select(range(4)),
         processing_class=processor,
         data_collator=collator,
+        peft_config=lora_config(cfg),
     )
     trainer.train()
     train_formats = [first for training, first in collator.calls if training]
@@ -253,9 +255,9 @@ def test_bad_lora_targets_and_missing_inputs_raise(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="model_name_or_path is not set"):
         load_model_and_processor(PacoSFTConfig(output_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="No pair dataset at"):
-        PacoSFTTrainer(args=_config(tmp_path, tiny_model_dir, dataset_path=str(tmp_path)))
+        build_trainer(_config(tmp_path, tiny_model_dir, dataset_path=str(tmp_path)))
     with pytest.raises(TypeError, match="args must be a PacoSFTConfig"):
-        PacoSFTTrainer(args=json)
+        PacoSFTTrainer(None, args=json, train_dataset=[])
 
 
 def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs):

@@ -1,0 +1,122 @@
+"""Configuration of ``paco-data annotate``.
+
+>>> import tempfile
+>>> AnnotateConfig(tempfile.gettempdir(), annotator="alice").url()
+'http://127.0.0.1:8765/?annotator=alice'
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlencode
+
+logger = logging.getLogger(__name__)
+
+# Annotator names go into the store and into URLs: keep them short and plain.
+ANNOTATOR_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+ANNOTATOR_RULE = "1-64 characters: letters, digits and _ . @ -, starting with a letter or digit"
+MIN_KEY_LENGTH = 8
+
+
+def check_annotator(name: str) -> str:
+    """``name`` if it is a valid annotator id, else ``ValueError`` naming the rule."""
+    if not isinstance(name, str) or not ANNOTATOR_PATTERN.match(name):
+        raise ValueError(f"annotator name {name!r} is not allowed; use {ANNOTATOR_RULE}.")
+    return name
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class AnnotateConfig:
+    """Where the annotation app reads and writes, and how it is reached."""
+
+    work_dir: Path = field(
+        metadata={
+            "help": "The pipeline's work folder: instances.jsonl (stage 3) and the panel images "
+            "it names are read; rankings go to annotations.jsonl and rankings.jsonl there.",
+            "positional": True,  # `paco-data annotate WORK`
+        }
+    )
+    annotator: str | None = field(
+        default=None,
+        metadata={
+            "help": "Default annotator name shown on the page (each person can still type "
+            f"their own; {ANNOTATOR_RULE})."
+        },
+    )
+    host: str = field(
+        default="127.0.0.1",
+        metadata={
+            "help": "Interface to bind. The default accepts this machine only; use 0.0.0.0 "
+            "for a team on a LAN, together with a shared key."
+        },
+    )
+    port: int = field(default=8765, metadata={"help": "TCP port to listen on."})
+    key: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Shared key a browser must present (at least {MIN_KEY_LENGTH} characters). "
+            "Prefer key_env: a key on the command line is visible to other users of the machine."
+        },
+    )
+    key_env: str = field(
+        default="PACO_ANNOTATE_KEY",
+        metadata={"help": "Environment variable read for the shared key when key is not given."},
+    )
+    log_level: str = field(
+        default="info",
+        metadata={"help": "Server log level: 'debug', 'info', 'warning' or 'error'."},
+    )
+
+    def __post_init__(self) -> None:
+        self.work_dir = Path(self.work_dir)
+        if not self.work_dir.is_dir():
+            raise ValueError(
+                f"work folder {str(self.work_dir)!r} does not exist; give the folder the "
+                "pipeline's stages write to (the one with instances.jsonl)."
+            )
+        if self.annotator is not None:
+            check_annotator(self.annotator)
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535; got {self.port}.")
+        if not self.host:
+            raise ValueError("host must not be empty; use 127.0.0.1 (this machine only).")
+        if self.key is None and self.key_env:
+            self.key = os.environ.get(self.key_env) or None
+        if self.key is not None and len(self.key) < MIN_KEY_LENGTH:
+            raise ValueError(
+                f"the shared key must have at least {MIN_KEY_LENGTH} characters; got "
+                f"{len(self.key)}. Pick a longer one (e.g. `openssl rand -hex 16`)."
+            )
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ValueError(
+                f"log_level must be 'debug', 'info', 'warning' or 'error'; got {self.log_level!r}."
+            )
+        if not is_loopback(self.host) and self.key is None:
+            logger.warning(
+                "annotate: binding %s without a shared key: anyone who can reach this port can "
+                "read the panels and submit rankings. Set %s (or --key) to require one.",
+                self.host,
+                self.key_env or "a key",
+            )
+
+    def url(self) -> str:
+        """The address to open in a browser (with the default annotator, if any)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        host = f"[{host}]" if ":" in host else host
+        query = f"?{urlencode({'annotator': self.annotator})}" if self.annotator else ""
+        return f"http://{host}:{self.port}/{query}"

@@ -1,0 +1,96 @@
+"""The policy of a GRPO run: the diffusers pipeline named by ``config.pipeline``, its
+transformer frozen with a trainable LoRA adapter, and the sampler that draws from it."""
+
+from __future__ import annotations
+
+import torch
+
+from paco_grpo.edit_pipeline import EDIT_SAMPLERS, prepare_edit_items
+from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
+from paco_grpo.pipeline import FlowGRPOSampler
+
+__all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_pipeline(config: GRPOConfig, device):
+    """``FluxPipeline`` / ``FluxKontextPipeline`` / ``QwenImageEditPipeline`` from
+    ``config.model_name_or_path`` in ``config.dtype``, on ``device``."""
+    import diffusers
+
+    name = (
+        EDIT_SAMPLERS[config.pipeline][1] if config.pipeline in EDIT_PIPELINES else "FluxPipeline"
+    )
+    pipe = getattr(diffusers, name).from_pretrained(
+        config.model_name_or_path, dtype=_DTYPES[config.dtype]
+    )
+    return pipe.to(device)
+
+
+def check_pipeline(config: GRPOConfig, pipe) -> None:
+    """Fail early when an editing recipe is given a pipeline of another type."""
+    if config.pipeline in EDIT_PIPELINES:
+        expected = EDIT_SAMPLERS[config.pipeline][1]
+        if expected not in {c.__name__ for c in type(pipe).__mro__}:
+            raise ValueError(
+                f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
+                f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
+            )
+
+
+def add_lora(config: GRPOConfig, pipe):
+    """Freeze every component and add a LoRA adapter (``lora_r``, ``lora_alpha``, seeded
+    init) on ``lora_target_modules`` of the transformer; returns the transformer."""
+    from diffusers.training_utils import cast_training_params
+    from peft import LoraConfig
+
+    transformer = pipe.transformer
+    for module in [*pipe.components.values(), transformer]:
+        if isinstance(module, torch.nn.Module):
+            module.requires_grad_(False)
+    if not any(
+        name.endswith(t)
+        for name, _ in transformer.named_modules()
+        for t in config.lora_target_modules
+    ):
+        raise ValueError(
+            f"lora_target_modules {config.lora_target_modules} match no module of the transformer."
+        )
+    torch.manual_seed(config.seed)
+    transformer.add_adapter(
+        LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            init_lora_weights=config.lora_init,
+            target_modules=config.lora_target_modules,
+            lora_dropout=0.0,
+        )
+    )
+    cast_training_params(transformer, dtype=torch.float32)
+    if config.gradient_checkpointing:
+        transformer.enable_gradient_checkpointing()
+    return transformer
+
+
+def build_sampler(config: GRPOConfig, pipe):
+    """The Flow-GRPO sampler of the pipeline type."""
+    if config.pipeline not in EDIT_PIPELINES:
+        return FlowGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)
+    sampler_cls = EDIT_SAMPLERS[config.pipeline][0]
+    kwargs = (
+        {"negative_prompt": config.negative_prompt} if config.pipeline == "qwen_image_edit" else {}
+    )
+    return sampler_cls(pipe, max_sequence_length=config.max_sequence_length, **kwargs)
+
+
+def edit_items(config: GRPOConfig, items, resolution: int, size_multiple: int):
+    """Editing items with their reference resized to ``resolution**2`` pixels (or the item's
+    height x width with ``item_resolution_overrides``), aspect ratio preserved."""
+    areas = [
+        int(it.height) * int(it.width)
+        if config.item_resolution_overrides and it.height and it.width
+        else resolution * resolution
+        for it in items
+    ]
+    return prepare_edit_items(items, areas, size_multiple)

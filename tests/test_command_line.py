@@ -1,0 +1,76 @@
+"""The one command-line dialect (:mod:`paco_reward.command_line`): what a flag reads as and
+which mistakes are usage errors (exit 2) rather than failures inside the command (exit 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from paco_reward.command_line import Command, config_field, parse_config, run_cli
+
+
+@dataclass(kw_only=True)
+class Args:
+    """Test arguments."""
+
+    files: list[str] = config_field(list, help="files", positional=True, nargs="*")
+    scorer: list[str] = config_field(help="repeatable, required")
+    limit: int | None = config_field(None, help="an optional int")
+    rate: float = config_field(0.5, help="a float")
+    progress: bool = config_field(True, help="a flag on by default")
+    name: str | None = config_field(None, help="an optional string")
+
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            raise ValueError(f"rate must be >= 0; got {self.rate}.")
+
+
+def test_flags_read_as_their_fields():
+    args = parse_config(
+        Args,
+        ["1", "true", "--scorer", "a", "b", "--scorer", "c", "--limit", "3", "--rate", "1e-4",
+         "--no-progress", "--name", "007"],
+    )  # fmt: skip
+    assert args.files == ["1", "true"]  # file names stay text
+    assert args.scorer == ["a", "b", "c"]  # a repeated list flag adds to the list
+    assert (args.limit, args.rate, args.progress, args.name) == (3, 1e-4, False, "007")
+    args = parse_config(Args, ["--scorer=x", "--limit", "null", "--rate", "2", "--no_progress"])
+    assert (args.files, args.limit, args.rate, args.progress) == ([], None, 2.0, False)
+    assert isinstance(args.rate, float)
+    assert parse_config(Args, ["--scorer", "x", "--progress", "false"]).progress is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--limit", "3"], "the following arguments are required: --scorer"),
+        (["--scorer", "x", "--limit", "two"], "argument --limit: expected int; got 'two'"),
+        (["--scorer", "x", "--rate", "fast"], "argument --rate: expected float; got 'fast'"),
+        (["--scorer", "x", "--progress", "maybe"], "expected true or false; got 'maybe'"),
+        (["--scorer", "x", "--limt", "3"], "unrecognized arguments: --limt"),
+    ],
+)
+def test_usage_errors_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as usage:
+        run_cli("prog", "test", [Command("run", Args, lambda args: 0, "run")], argv)
+    assert usage.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_errors_in_the_command_exit_1_with_one_line(capsys, tmp_path):
+    def run(args) -> int:
+        (tmp_path / "missing" / "x").read_text()
+        return 0
+
+    commands = [Command("run", Args, run, "run")]
+    assert run_cli("prog", "test", commands, ["--scorer", "x", "--rate", "-1"]) == 1
+    assert capsys.readouterr().err == "prog: error: rate must be >= 0; got -1.0.\n"
+    assert run_cli("prog", "test", commands, ["--scorer", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("prog: error: [Errno 2] No such file") and "missing" in err
+    assert len(err.splitlines()) == 1
+    assert (
+        run_cli("prog", "test", [Command("run", Args, lambda a: None, "run")], ["--scorer", "x"])
+        == 0
+    )
