@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -69,6 +70,14 @@ class ExportConfig:
             "<name>_test in dataset_info.json, next to other names already there."
         },
     )
+    balance_train_labels: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep as many Yes as No pairs in the train split: the more frequent label "
+            "is subsampled (seeded). Rankings whose ends tie give one label only, so exports "
+            "lean to Yes; an evaluator trained on them leans to Yes at the 0.5 threshold."
+        },
+    )
     consistency_rank: bool = field(
         default=True,
         metadata={"help": "Also write the ConsistencyRank benchmark layout of the test prompts."},
@@ -102,6 +111,21 @@ def split_prompts(prompt_ids: list[str], test_fraction: float, seed: int = 0) ->
         return set()
     k = min(len(ids) - 1, max(1, math.ceil(test_fraction * len(ids))))
     return set(ids[:k])
+
+
+def balance_labels(rows: list[dict], seed: int = 0) -> list[dict]:
+    """``rows`` with the more frequent label subsampled to the other's count (a seeded
+    choice, original order kept).
+
+    >>> rows = [{"label": 1}, {"label": 1}, {"label": 1}, {"label": 0}]
+    >>> [r["label"] for r in balance_labels(rows)]
+    [1, 0]
+    """
+    by_label = [[i for i, r in enumerate(rows) if r["label"] == label] for label in (0, 1)]
+    n = min(len(index) for index in by_label)
+    rng = random.Random(f"balance-{seed}")
+    keep = {i for index in by_label for i in (index if len(index) == n else rng.sample(index, n))}
+    return [r for i, r in enumerate(rows) if i in keep]
 
 
 def pair_messages(template: str, prompt: str, label: int, reasons: str) -> list[dict]:
@@ -367,6 +391,8 @@ def export_dataset(
         "train": [r for r in rows if r["prompt_id"] not in test_ids],
         "test": [r for r in rows if r["prompt_id"] in test_ids],
     }
+    if config.balance_train_labels:
+        splits["train"] = balance_labels(splits["train"], config.seed)
     export_hf(splits, out_dir)
     if config.llamafactory:
         export_llamafactory(splits, out_dir, config.dataset_name)

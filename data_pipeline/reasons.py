@@ -119,16 +119,18 @@ def check_reason(text: str, label: int, min_chars: int = 8) -> str:
 
 # ---------------------------------------------------------------------- teachers
 def attribute_comparison(a: dict, b: dict) -> str:
-    """One clause per attribute, in a fixed order: its value in each image, then whether
-    they agree. Each comparison sits right after the two values it compares, so a reader
-    (or a small model reasoning first) decides every attribute locally before the verdict.
+    """One clause per attribute, in a fixed order: whether the two images agree on it,
+    then its value in each. The verdict comes before the values on purpose: an evaluator
+    answers first (its first token is the score), so every clause trains the comparison
+    that token makes, of the two images themselves rather than of two words it has just
+    written; the values then say what was compared.
 
     >>> attribute_comparison({"shape": "circle", "colour": "red"},
     ...                      {"shape": "circle", "colour": "blue"})
-    'Shape circle and circle, same; colour red and blue, different.'
+    'Shape same, circle and circle; colour different, red and blue.'
     """
     clauses = [
-        f"{key} {a[key]} and {b.get(key)}, {'same' if a[key] == b.get(key) else 'different'}"
+        f"{key} {'same' if a[key] == b.get(key) else 'different'}, {a[key]} and {b.get(key)}"
         for key in a
     ]
     text = "; ".join(clauses) + "."

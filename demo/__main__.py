@@ -11,7 +11,7 @@ from pathlib import Path
 from demo.context import DemoContext, make_reproducible
 from paco_reward.command_line import Command, config_field, run_cli
 
-STAGES = ["scoring", "data", "train", "server", "benchmarks", "grpo", "grpo_edit"]
+STAGES = ["scoring", "data", "standin", "train", "server", "benchmarks", "grpo", "grpo_edit"]
 
 
 @dataclass

@@ -23,7 +23,11 @@ def run(ctx: DemoContext) -> None:
     # attributes instead of memorising panels. 36 held out: the test split, the ground-truth
     # pairs and ConsistencyRank use unseen characters.
     config = SyntheticConfig(n_prompts=144, grids_per_prompt=4, layouts=["2x2"], seed=ctx.seed)
-    stats = run_synthetic(work, config, export=ExportConfig(test_fraction=0.25, seed=ctx.seed))
+    stats = run_synthetic(
+        work,
+        config,
+        export=ExportConfig(test_fraction=0.25, seed=ctx.seed, balance_train_labels=True),
+    )
 
     keys = [
         "prompts", "grids", "panels", "instances", "instances_per_prompt",

@@ -15,6 +15,7 @@ from paco_reward.testing.standin import (
     StandInConfig,
     clause_accuracy,
     description_loss,
+    expand_text_layers,
     pretrain_describer,
     read_standin_info,
 )
@@ -58,6 +59,7 @@ def test_clause_accuracy_counts_clauses_in_place():
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"steps": 10, "warmup_steps": 10}, "warmup_steps"),
         ({"eval_examples": -1}, "eval_examples"),
+        ({"expand_text_layers": -1}, "expand_text_layers"),
     ],
 )
 def test_config_validation(kwargs, match):
@@ -87,3 +89,32 @@ def test_pretraining_learns_descriptions_and_is_cached(tmp_path):
     pretrain_describer(out, _colour_example, other, data_id="colours", progress=False)
     assert json.loads((out / "standin.json").read_text())["config"]["steps"] == 2
     assert not (tmp_path / "standin.partial").exists()
+
+
+def test_expanded_model_computes_what_the_original_does_and_its_new_layers_learn(
+    tiny_model_dir, tmp_path
+):
+    """Block expansion: two appended layers leave every logit (images and text) as it was,
+    survive save/from_pretrained, and receive gradients (their zeroed projections train)."""
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(tiny_model_dir)
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    batch = DescribeCollator(processor, "Describe the image.", 56 * 56)(
+        [_colour_example(random.Random(k)) for k in range(3)]
+    )
+    with torch.no_grad():
+        before = model(**batch, use_cache=False).logits
+    layers = model.config.text_config.num_hidden_layers
+    expanded = expand_text_layers(model, 2)
+    expanded.save_pretrained(tmp_path / "expanded")
+    loaded = Qwen2_5_VLForConditionalGeneration.from_pretrained(tmp_path / "expanded")
+    assert loaded.config.text_config.num_hidden_layers == layers + 2
+    with torch.no_grad():
+        after = loaded(**batch, use_cache=False).logits
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
+    loaded.train()
+    description_loss(loaded, batch).backward()
+    new = loaded.model.language_model.layers[layers]
+    assert new.self_attn.o_proj.weight.grad.abs().sum() > 0
+    assert new.mlp.down_proj.weight.grad.abs().sum() > 0

@@ -5,7 +5,7 @@ import numpy as np, torch
 torch.set_num_threads(1)
 from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 from paco_reward.testing.standin import DescribeCollator, IGNORE_INDEX, DESCRIBE_INSTRUCTION
-from paco_reward.training.sft_trainer import load_pair_dataset_dict
+from paco_reward.training.loading import load_pair_dataset_dict
 from paco_reward.training.metrics import decision_metrics
 path = sys.argv[1]; px = int(sys.argv[2]) if len(sys.argv) > 2 else 112
 t0 = time.process_time()

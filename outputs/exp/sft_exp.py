@@ -7,7 +7,7 @@ from paco_reward import PacoReward
 from paco_reward.training import PacoSFTConfig
 from paco_reward.training.cli import run_training
 from paco_reward.training.metrics import decision_metrics
-from paco_reward.training.sft_trainer import load_pair_dataset_dict
+from paco_reward.training.loading import load_pair_dataset_dict
 from pathlib import Path
 
 data, base, out = sys.argv[1:4]

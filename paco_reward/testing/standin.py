@@ -79,6 +79,14 @@ class StandInConfig:
     instruction: str = field(
         default=DESCRIBE_INSTRUCTION, metadata={"help": "The user turn's text after the image."}
     )
+    expand_text_layers: int = field(
+        default=0,
+        metadata={
+            "help": "Text layers appended after the pretraining as identity blocks "
+            "(expand_text_layers()): the saved model computes what the pretrained one does, "
+            "with room for the fine-tuning to learn more."
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "image_pixels"):
@@ -90,6 +98,8 @@ class StandInConfig:
             raise ValueError(
                 f"warmup_steps must be in [0, steps={self.steps}); got {self.warmup_steps!r}."
             )
+        if self.expand_text_layers < 0:
+            raise ValueError(f"expand_text_layers must be >= 0; got {self.expand_text_layers!r}.")
         if self.eval_examples < 0:
             raise ValueError(f"eval_examples must be >= 0; got {self.eval_examples!r}.")
 
@@ -320,6 +330,8 @@ def pretrain_describer(
         if held_out
         else {}
     )
+    if config.expand_text_layers:
+        model = expand_text_layers(model, config.expand_text_layers)
     model.save_pretrained(work)
     processor.save_pretrained(work)
     info = {
@@ -339,6 +351,36 @@ def pretrain_describer(
         "Stand-in pretraining: %d steps in %.0f s, read-out %s", config.steps, elapsed, readout
     )
     return output_dir
+
+
+def expand_text_layers(model, n: int):
+    """``model`` with ``n`` decoder layers appended to its language model, each an identity
+    block: fresh weights, but attention output and MLP down projections zeroed, so the
+    residual stream passes through unchanged and the expanded model computes exactly what
+    ``model`` computes (block expansion, as in LLaMA Pro, arXiv 2401.02415). Fine-tuning
+    then trains the new layers from there.
+
+    A tiny model learns to read panels best with two text layers; comparing two panels at
+    one token needs more depth, which the PaCo SFT gets from these layers.
+    """
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    config = model.config
+    layers = config.text_config.num_hidden_layers
+    config.text_config.num_hidden_layers = layers + n
+    config.text_config.layer_types = [config.text_config.layer_types[0]] * (layers + n)
+    expanded = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=torch.float32)
+    missing, unexpected = expanded.load_state_dict(model.state_dict(), strict=False)
+    new = {f".layers.{i}." for i in range(layers, layers + n)}
+    if unexpected or any(not any(m in key for m in new) for key in missing):
+        raise RuntimeError(f"block expansion lost weights: {unexpected or missing}")
+    with torch.no_grad():
+        for layer in expanded.model.language_model.layers[layers:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    expanded.generation_config = model.generation_config
+    return expanded
 
 
 def read_standin_info(path: str | Path) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,11 @@ def run_training(config) -> dict[str, Any]:
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     output_dir = Path(config.output_dir)
     trainer.save_model(str(output_dir))
-    trainer.processing_class.save_pretrained(str(output_dir))
     metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
+    # Every process trains and evaluates (collectives); one writes the files.
+    if not trainer.is_world_process_zero():
+        return metrics
+    trainer.processing_class.save_pretrained(str(output_dir))
     data = {
         "dataset": config.dataset_path,
         "train rows": len(trainer.train_dataset),
@@ -82,7 +86,9 @@ class MergeArguments:
 
 
 def train(config) -> int:
-    print(json.dumps(run_training(config), indent=2))
+    metrics = run_training(config)
+    if int(os.environ.get("RANK", "0")) == 0:  # once, also under torchrun
+        print(json.dumps(metrics, indent=2))
     return 0
 
 

@@ -367,3 +367,32 @@ def test_llamafactory_recipe_names_what_the_export_holds(exported):
         .read_text()
         .startswith("# llamafactory-cli train recipes/llamafactory/paco_reward_lora.yaml")
     )
+
+
+def test_balanced_train_split_keeps_every_minority_pair_and_the_test_split(synthetic_run, tmp_path):
+    from collections import Counter
+
+    from datasets import load_from_disk
+
+    work, _ = synthetic_run
+    kw = dict(llamafactory=False, consistency_rank=False, seed=3)
+    plain = load_from_disk(str(export_dataset(work, tmp_path / "plain", ExportConfig(**kw)) / "hf"))
+    out = [
+        load_from_disk(
+            str(
+                export_dataset(work, tmp_path / k, ExportConfig(balance_train_labels=True, **kw))
+                / "hf"
+            )
+        )
+        for k in ("a", "b")
+    ]
+    before, after = Counter(plain["train"]["label"]), Counter(out[0]["train"]["label"])
+    assert before[0] != before[1]  # the synthetic export leans to one label
+    assert after[0] == after[1] == min(before.values())
+    minority = min(before, key=before.get)
+    ids = set(out[0]["train"]["pair_id"])
+    assert {
+        p for p, y in zip(plain["train"]["pair_id"], plain["train"]["label"]) if y == minority
+    } <= ids
+    assert out[0]["test"]["pair_id"] == plain["test"]["pair_id"]
+    assert out[0]["train"]["pair_id"] == out[1]["train"]["pair_id"]  # seeded

@@ -152,8 +152,10 @@ def test_template_reasoner_names_synthetic_attributes(pairs_work):
     assert [c.split()[0].lower() for c in clauses] == [
         "shape", "colour", "marking", "palette", "texture", "outline"
     ]  # fmt: skip
-    assert all(c.endswith((", same", ", different")) for c in clauses)
-    assert any(c.endswith(", different") for c in clauses)
+    # The verdict comes first, then the two values it compares.
+    assert all(c.split(",")[0].split()[1:] in (["same"], ["different"]) for c in clauses)
+    assert all(len(c.split(", ")[1].split(" and ")) == 2 for c in clauses)
+    assert any(c.split(",")[0].endswith(" different") for c in clauses)
     assert check_reason(text_no, 0) and check_reason(text_yes, 1)
 
 
