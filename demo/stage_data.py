@@ -19,14 +19,14 @@ from demo.context import DemoContext, print_table
 
 def run(ctx: DemoContext) -> None:
     work = ctx.path("data", "work")
-    # 144 prompts (2,304 panels): enough distinct characters that the tiny evaluator learns
-    # attributes instead of memorising panels. 36 held out: the test split, the ground-truth
-    # pairs and ConsistencyRank use unseen characters.
-    config = SyntheticConfig(n_prompts=144, grids_per_prompt=4, layouts=["2x2"], seed=ctx.seed)
+    # 288 prompts (4,608 panels), 36 held out: enough distinct characters that the tiny
+    # evaluator learns attributes instead of memorising panels; the test split, the
+    # ground-truth pairs and ConsistencyRank use unseen characters.
+    config = SyntheticConfig(n_prompts=288, grids_per_prompt=4, layouts=["2x2"], seed=ctx.seed)
     stats = run_synthetic(
         work,
         config,
-        export=ExportConfig(test_fraction=0.25, seed=ctx.seed, balance_train_labels=True),
+        export=ExportConfig(test_fraction=0.125, seed=ctx.seed, balance_train_labels=True),
     )
 
     keys = [

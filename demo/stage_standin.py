@@ -34,14 +34,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PACO_RL_CACHE") or Path.home() / ".cache" / "paco-rl")
 
 
-def standin_model(seed: int, world, steps: int = STEPS, progress: bool = True) -> Path:
+def standin_model(
+    seed: int,
+    world,
+    steps: int = STEPS,
+    image_pixels: int = IMAGE_PIXELS,
+    progress: bool = True,
+) -> Path:
     """The stand-in-pretrained tiny Qwen2.5-VL for ``world`` (cached; trained when missing)."""
     from data_pipeline.synthetic import WORLD_VERSION
     from paco_reward.testing.standin import StandInConfig, pretrain_describer
 
     config = StandInConfig(
         steps=steps,
-        image_pixels=IMAGE_PIXELS,
+        image_pixels=image_pixels,
         expand_text_layers=EXPAND_TEXT_LAYERS,
         seed=seed,
     )

@@ -3,7 +3,7 @@ dataset -> stand-in pretraining -> PaCo SFT (one process) -> the train stage's c
 with pixel similarity and tiny CLIP-I on held-out ground-truth pairs. The same functions
 the demo's data, standin and train stages call, with fewer prompts and steps.
 
-usage: python tests/demo/evaluator_run.py OUT_DIR SEED PROMPTS STANDIN_STEPS SFT_STEPS
+usage: python tests/demo/evaluator_run.py OUT_DIR SEED PROMPTS STANDIN_STEPS SFT_STEPS PIXELS
 (writes OUT_DIR/result.json; test_demo_evaluator.py runs two seeds side by side)
 """
 
@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 
-def main(out: Path, seed: int, prompts: int, standin_steps: int, sft_steps: int) -> dict:
+def main(
+    out: Path, seed: int, prompts: int, standin_steps: int, sft_steps: int, pixels: int
+) -> dict:
     from demo.context import make_reproducible
 
     make_reproducible(seed, threads=1)
@@ -38,11 +40,14 @@ def main(out: Path, seed: int, prompts: int, standin_steps: int, sft_steps: int)
         export=ExportConfig(test_fraction=0.25, seed=seed, balance_train_labels=True),
     )
     export = work / "export"
-    base = standin_model(seed, world_of(export), steps=standin_steps, progress=False)
+    base = standin_model(
+        seed, world_of(export), steps=standin_steps, image_pixels=pixels, progress=False
+    )
     recipe = sft_recipe(
         out / "evaluator", base, export, seed, max_steps=sft_steps, eval_strategy="no",
         lr_scheduler_kwargs={"num_decay_steps": sft_steps // 3},
         per_device_train_batch_size=16, disable_tqdm=True,
+        image_min_pixels=pixels, image_max_pixels=pixels,
     )  # fmt: skip
     run_training(PacoSFTConfig(**recipe))
     truth = load_pair_dataset_dict(export / "truth")["test"]
@@ -59,5 +64,5 @@ def main(out: Path, seed: int, prompts: int, standin_steps: int, sft_steps: int)
 
 
 if __name__ == "__main__":
-    out_dir, seed, n_prompts, standin, sft = sys.argv[1:6]
-    print(json.dumps(main(Path(out_dir), int(seed), int(n_prompts), int(standin), int(sft))))
+    out_dir, *numbers = sys.argv[1:7]
+    print(json.dumps(main(Path(out_dir), *map(int, numbers))))
