@@ -129,10 +129,10 @@ class DescribeCollator:
         self.end_of_turn = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def __call__(self, examples: Sequence[tuple[Image.Image, str]]) -> dict:
-        import torch
 
         from paco_reward.images import load_image, resize_for_model
         from paco_reward.local_backend import expand_image_tokens
+        from paco_reward.training.collator import pad_right
 
         images = [
             resize_for_model(load_image(img, f"examples[{k}]"), self.policy, f"examples[{k}]")
@@ -148,14 +148,7 @@ class DescribeCollator:
             answer = self.tokenizer.encode(text, add_special_tokens=False) + [self.end_of_turn]
             rows.append(prompt + answer)
             labels.append([IGNORE_INDEX] * len(prompt) + answer)
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        label_ids = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (row, lab) in enumerate(zip(rows, labels)):
-            input_ids[i, : len(row)] = torch.tensor(row)
-            label_ids[i, : len(lab)] = torch.tensor(lab)
-            mask[i, : len(row)] = 1
+        input_ids, label_ids, mask = pad_right(rows, labels, self.tokenizer.pad_token_id)
         return {
             "input_ids": input_ids,
             "attention_mask": mask,

@@ -52,6 +52,20 @@ def _row_image(value: Any, name: str):
     return load_image(value, name)
 
 
+def pad_right(sequences: Sequence[list[int]], labels: Sequence[list[int]], pad_token_id: int):
+    """Right-pad token and label lists into ``(input_ids, labels, attention_mask)`` tensors
+    (labels padded with ``IGNORE_INDEX``)."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    label_ids = torch.full((len(sequences), width), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, (seq, lab) in enumerate(zip(sequences, labels)):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        label_ids[i, : len(lab)] = torch.tensor(lab)
+        attention_mask[i, : len(seq)] = 1
+    return input_ids, label_ids, attention_mask
+
+
 class PacoSFTCollator:
     """Collates PAIR_SCHEMA rows (``image_a``, ``image_b``, ``template``, ``prompt``,
     ``label``, ``reasons``) into right-padded training inputs for Qwen2.5-VL.
@@ -140,14 +154,7 @@ class PacoSFTCollator:
                 answer = answer[:keep] + [self.end_of_turn_id]
             sequences.append(prompt + answer)
             labels.append([IGNORE_INDEX] * len(prompt) + answer)
-        width = max(len(s) for s in sequences)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        label_ids = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (seq, lab) in enumerate(zip(sequences, labels)):
-            input_ids[i, : len(seq)] = torch.tensor(seq)
-            label_ids[i, : len(lab)] = torch.tensor(lab)
-            attention_mask[i, : len(seq)] = 1
+        input_ids, label_ids, attention_mask = pad_right(sequences, labels, self.pad_token_id)
         return {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
