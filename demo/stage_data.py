@@ -49,6 +49,7 @@ def run(ctx: DemoContext) -> None:
         ["category", "consistent", "inconsistent"],
         [[c, v["consistent"], v["inconsistent"]] for c, v in stats["pairs"]["by_category"].items()],
     )
+    oracle_check(work, config)
     annotate_hint(ctx, work)
     export = work / "export"
     ctx.artifacts["pair_dataset_dir"] = export
@@ -56,6 +57,21 @@ def run(ctx: DemoContext) -> None:
     ctx.artifacts["label_ceiling"] = stats["synthetic_truth"]["label_ceiling"]
     assert (export / "hf" / "dataset_dict.json").is_file()
     assert stats["pairs"]["consistent"] > 0 and stats["pairs"]["inconsistent"] > 0
+
+
+def oracle_check(work: Path, config: SyntheticConfig, grids: int = 48) -> None:
+    """Print how well the world's oracle (the judge of generated grids, never a reward) reads
+    this stage's grid images back."""
+    from data_pipeline.world_oracle import read_back_grids
+
+    check = read_back_grids(work, config.world(), limit=grids)
+    print_table(
+        f"World oracle (judge of generated grids, never a reward) on {check['grids']} grids of "
+        f"this stage: {check['same_consistency']}/{check['grids']} grid consistencies equal "
+        "to the truth",
+        ["attribute", "read-out accuracy"],
+        list(check["accuracy"].items()),
+    )
 
 
 def annotate_hint(ctx: DemoContext, work: Path) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
-from paco_reward.command_line import apply_overrides
+from paco_reward.command_line import apply_overrides, coerce_floats
 
 logger = logging.getLogger(__name__)
 
@@ -572,20 +572,11 @@ def _from_dict(cls, data: dict[str, Any], prefix: str):
             + ", ".join(f"{old!r} is now {new!r}" for old, new in renamed.items())
             + " (the names of transformers.TrainingArguments / trl's GRPOConfig)."
         )
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    names = set(fields)
+    names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(
             f"Unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; valid keys: "
             f"{sorted(prefix + n for n in names)}."
         )
-    data = dict(data)
-    for name, value in data.items():
-        # YAML 1.1 reads "1e-8" (no dot) as a string: a float field takes it as the number.
-        if fields[name].type in ("float", "float | None") and isinstance(value, str):
-            try:
-                data[name] = float(value)
-            except ValueError:
-                raise ValueError(f"{prefix + name} must be a number; got {value!r}.") from None
-    return cls(**data)
+    return cls(**coerce_floats(cls, data, prefix))

@@ -217,6 +217,36 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
     return out
 
 
+def _is_float_type(tp) -> bool:
+    if isinstance(tp, str):  # a postponed annotation
+        return tp.replace(" ", "") in ("float", "float|None", "Optional[float]", "None|float")
+    inner, _ = _unwrap_optional(tp)
+    return inner is float
+
+
+def coerce_floats(cls: type, values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``values`` with a string given to a float field of ``cls`` read as the number: YAML 1.1
+    (PyYAML) reads ``5e-4``, without a dot, as a string. Others are left to ``cls`` to check.
+
+    Raises:
+        ValueError: naming the key, when such a string is not a number.
+
+    Example:
+        >>> from paco_reward.training import PacoSFTConfig
+        >>> coerce_floats(PacoSFTConfig, {"learning_rate": "5e-4"})
+        {'learning_rate': 0.0005}
+    """
+    types_ = {f.name: f.type for f in dataclasses.fields(cls)}
+    out = dict(values)
+    for name, value in values.items():
+        if isinstance(value, str) and name in types_ and _is_float_type(types_[name]):
+            try:
+                out[name] = float(value)
+            except ValueError:
+                raise ValueError(f"{prefix}{name} must be a number; got {value!r}.") from None
+    return out
+
+
 def build_config(cls: type, values: dict[str, Any], where: str = "arguments"):
     """``cls`` from a mapping, refusing unknown keys; ``cls.from_dict`` when it has one."""
     from_dict = getattr(cls, "from_dict", None)
@@ -228,7 +258,7 @@ def build_config(cls: type, values: dict[str, Any], where: str = "arguments"):
         raise ValueError(
             f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(names)}."
         )
-    return cls(**values)
+    return cls(**coerce_floats(cls, values))
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:

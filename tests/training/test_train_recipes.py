@@ -77,6 +77,18 @@ def test_tiny_recipe_and_overrides(tmp_path):
     assert cfg.tiny_model and not cfg.use_lora
 
 
+def test_a_float_written_without_a_dot_is_a_float(tmp_path):
+    # PyYAML (YAML 1.1) reads 5e-4 as the string "5e-4"; the recipe means the number.
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: 5e-4\nadam_epsilon: 1e-6\n")
+    assert yaml.safe_load(recipe.read_text())["learning_rate"] == "5e-4"
+    cfg = load_recipe(recipe)
+    assert cfg.learning_rate == 0.0005 and cfg.adam_epsilon == 1e-6
+    recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: fast\n")
+    with pytest.raises(ValueError, match="learning_rate must be a number; got 'fast'"):
+        load_recipe(recipe)
+
+
 def test_recipes_start_with_the_command_that_runs_them():
     mine = ["paco_reward_7b_lora.yaml", "tiny_cpu.yaml"]
     mine += [f"accelerate/sft_{name}.yaml" for name in ("zero2", "zero3", "fsdp")]
