@@ -153,6 +153,8 @@ def rankings_to_pairs(
     instances: dict[str, dict], merged: dict[str, dict], rule: LabelRule | None = None
 ) -> list[dict]:
     """Labelled (reference, candidate) pairs from merged rankings, de-duplicated by ``pair_id``.
+    An instance whose annotators said that no candidate matches the reference
+    (``none_consistent``) gives its inconsistent pairs only.
 
     Example:
         >>> inst = {"i": {"instance_id": "i", "prompt_id": "p", "theme": "a fox",
@@ -174,7 +176,10 @@ def rankings_to_pairs(
                 f"instance {instance_id!r}: template {rule.template!r} needs a prompt but field "
                 f"{rule.prompt_field!r} is empty; set LabelRule.prompt_field or use template='rank'."
             )
-        for cand, label in sorted(label_candidates(result["ranking"], rule).items()):
+        labels = label_candidates(result["ranking"], rule)
+        if result.get("none_consistent"):  # the best candidate is not consistent either
+            labels = {c: label for c, label in labels.items() if label == 0}
+        for cand, label in sorted(labels.items()):
             image_a, image_b = inst["reference"]["path"], inst["candidates"][cand]["path"]
             pair = make_pair(
                 inst["prompt_id"],

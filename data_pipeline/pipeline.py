@@ -50,6 +50,13 @@ class SyntheticConfig:
     panel_size: int = field(default=64, metadata={"help": "Panel side in pixels."})
     annotators: int = field(default=3, metadata={"help": "Simulated annotators per instance."})
     noise: float = field(default=0.08, metadata={"help": "Annotator score noise (std)."})
+    none_consistent_below: float | None = field(
+        default=SimulatedAnnotators.none_consistent_below,
+        metadata={
+            "help": "An annotator says no candidate matches the reference when the best scores "
+            "below this (null: never); such instances give no consistent pair."
+        },
+    )
     grid_drift: float = field(
         default=SyntheticWorld.grid_drift,
         metadata={"help": "Probability that a grid draws a different character/style."},
@@ -123,7 +130,12 @@ def simulate_rankings(work_dir: str | Path, out: str | Path | None = None) -> Pa
             f"{work_dir / SYNTHETIC_FILE} not found: simulated rankings need a synthetic work "
             "folder (run `paco-data synthetic` first)."
         )
-    annotators = SimulatedAnnotators(n=config.annotators, noise=config.noise, seed=config.seed)
+    annotators = SimulatedAnnotators(
+        n=config.annotators,
+        noise=config.noise,
+        seed=config.seed,
+        none_consistent_below=config.none_consistent_below,
+    )
     instances = list(read_instances(work_dir).values())
     records = annotators.annotate(instances, config.world(), read_prompts(work_dir))
     out = Path(out) if out is not None else work_dir / "inputs" / "rankings.jsonl"

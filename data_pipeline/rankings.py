@@ -13,7 +13,10 @@ both. When the store has grown since the last merge, :func:`read_merged` (what
 
 ``ranking`` lists candidate indices (into the instance's ``candidates``) best first;
 a nested list is a tie. ``order`` is accepted as an alias of ``ranking`` and an
-optional ``ties`` (list of index lists) marks further ties. Several annotators of one
+optional ``ties`` (list of index lists) marks further ties. An optional
+``"none_consistent": true`` says that even the best candidate does not match the reference
+(a broken reference): the instance then gives no consistent pair when most of its
+annotators say so (:func:`merge_rankings`). Several annotators of one
 instance are merged by Borda count or by pairwise majority (Copeland); candidates
 whose merged scores are equal stay tied, and ties are discarded when pairs are made.
 
@@ -133,6 +136,11 @@ def check_ranking(record: dict, where: str, instances: dict[str, dict] | None = 
         "annotator": str(record["annotator"]) if "annotator" in record else None,
         "ranking": normalise_ranking(record, n, where, names),
     }
+    flag = record.get("none_consistent", False)
+    if not isinstance(flag, bool):
+        raise DataPipelineError(f"{where}: none_consistent must be true or false; got {flag!r}.")
+    if flag:
+        out["none_consistent"] = True
     out.update({k: record[k] for k in ("time", "seconds") if k in record})
     return out
 
@@ -278,15 +286,18 @@ def merge_rankings(
 
     Returns:
         (merged records ``instance_id``, ``ranking``, ``scores``, ``n_annotators``,
-        ``kendall_w``; agreement dict ``kendall_w_mean``, ``pairwise_agreement``,
+        ``kendall_w``, ``none_consistent`` (a strict majority of the instance's annotators
+        said no candidate matches the reference); agreement dict ``kendall_w_mean``, ``pairwise_agreement``,
         ``instances_multi_annotated``, ``annotators``).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}; got {method!r}.")
     by_instance: dict[str, list[Groups]] = defaultdict(list)
+    flags: dict[str, int] = defaultdict(int)
     annotators: set[str] = set()
     for r in raw:
         by_instance[r["instance_id"]].append(r["ranking"])
+        flags[r["instance_id"]] += bool(r.get("none_consistent"))
         annotators.add(r["annotator"])
     merged, ws = [], []
     agree = total = 0
@@ -308,6 +319,7 @@ def merge_rankings(
                 "n_annotators": len(rankings),
                 "kendall_w": None if math.isnan(w) else w,
                 "method": method,
+                "none_consistent": 2 * flags[instance_id] > len(rankings),
             }
         )
     agreement = {
@@ -318,6 +330,7 @@ def merge_rankings(
         "kendall_w_mean": sum(ws) / len(ws) if ws else None,
         "pairwise_agreement": agree / total if total else None,
         "pairwise_comparisons": total,
+        "instances_none_consistent": sum(m["none_consistent"] for m in merged),
     }
     return merged, agreement
 

@@ -522,17 +522,26 @@ class SimulatedAnnotators:
     what a pair shows: the pip count depends on a panel's position, which a pair does not
     show, so it plays no part.
 
+    An annotator also says when even the best candidate does not match the reference
+    (``none_consistent``, a broken reference): when its noisy score of the best candidate is
+    below ``none_consistent_below``. Without that flag, the best candidate of a broken
+    reference became a consistent pair though it differed in two or more attributes (12 % of
+    such train pairs of the demo's export were labelled Yes).
+
     Args:
         n: number of annotators.
         noise: standard deviation of the per-candidate noise (similarity is in [0, 1]).
         tie_margin: candidates whose noisy scores differ by less than this are tied.
         seed: seed of the noise.
+        none_consistent_below: flag an instance whose best candidate scores below this
+            (between one and two differing attributes of six); ``None`` never flags.
     """
 
     n: int = 3
     noise: float = 0.08
     tie_margin: float = 0.02
     seed: int = 0
+    none_consistent_below: float | None = 0.75
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -577,13 +586,17 @@ class SimulatedAnnotators:
                     else:
                         groups.append([i])
                 ranking = [g[0] if len(g) == 1 else g for g in groups]
-                records.append(
-                    {
-                        "instance_id": instance["instance_id"],
-                        "annotator": f"sim{a}",
-                        "ranking": ranking,
-                    }
-                )
+                record = {
+                    "instance_id": instance["instance_id"],
+                    "annotator": f"sim{a}",
+                    "ranking": ranking,
+                }
+                if (
+                    self.none_consistent_below is not None
+                    and max(noisy) < self.none_consistent_below
+                ):
+                    record["none_consistent"] = True
+                records.append(record)
         return records
 
 

@@ -32,6 +32,7 @@ def run(ctx: DemoContext) -> None:
     keys = [
         "prompts", "grids", "panels", "instances", "instances_per_prompt",
         "agreement.kendall_w_mean", "agreement.pairwise_agreement",
+        "agreement.instances_none_consistent",
         "pairs.total", "pairs.consistent", "pairs.inconsistent", "reasons.done",
         "export.rows.train", "export.rows.test", "export.consistency_rank_instances",
         "synthetic_truth.mean_similarity_consistent",

@@ -144,7 +144,10 @@ def test_stats(exported, capsys):
     assert stats["reasons"]["missing"] == 0
     truth = stats["synthetic_truth"]
     assert truth["mean_similarity_consistent"] > truth["mean_similarity_inconsistent"] + 0.25
-    assert 0.8 < truth["label_ceiling"] <= 1.0
+    # Annotators say when no candidate matches a broken reference, so (almost) no Yes pair
+    # is two or more attributes apart: a judge of the two images agrees with the labels.
+    assert 0.97 < truth["label_ceiling"] <= 1.0
+    assert 0 < stats["agreement"]["instances_none_consistent"] < stats["instances"]
     assert truth["held_out_truth_pairs"] > 0
     table = format_table(stats)
     assert "pairs.consistent" in table and "agreement.kendall_w_mean" in table

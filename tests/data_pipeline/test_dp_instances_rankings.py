@@ -230,6 +230,39 @@ def test_rankings_to_pairs_records():
         rankings_to_pairs(empty, merged)
 
 
+def test_a_majority_saying_no_candidate_matches_leaves_only_inconsistent_pairs(tmp_path):
+    instances = {i["instance_id"]: {**i, "theme": "a fox"} for i in make_instances(_panels(1))}
+    first, second = list(instances)[:2]
+    flags = {(first, "a"): True, (first, "b"): True, (first, "c"): False, (second, "a"): True}
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "instance_id": i,
+                    "annotator": a,
+                    "ranking": [1, 0, 2, 3],
+                    **({"none_consistent": True} if flags.get((i, a)) else {}),
+                }
+            )
+            + "\n"
+            for i in (first, second)
+            for a in "abc"
+        )  # fmt: skip
+    )
+    merged, agreement = merge_rankings(load_rankings(path, instances), instances)
+    by_id = {m["instance_id"]: m for m in merged}
+    assert by_id[first]["none_consistent"] and not by_id[second]["none_consistent"]  # 2/3, 1/3
+    assert agreement["instances_none_consistent"] == 1
+    pairs = rankings_to_pairs(instances, by_id)
+    labels = {(p["instance_id"], p["label"]) for p in pairs}
+    assert labels == {(first, 0), (second, 0), (second, 1)}
+    path.write_text(json.dumps({"instance_id": first, "ranking": [0, 1, 2, 3],
+                                "none_consistent": "yes"}) + "\n")  # fmt: skip
+    with pytest.raises(DataPipelineError, match="none_consistent must be true or false"):
+        load_rankings(path, instances)
+
+
 def test_read_edit_pairs(tmp_path, random_images):
     a, b = random_images(2)
     a.save(tmp_path / "src.png")

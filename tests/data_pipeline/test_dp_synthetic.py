@@ -114,6 +114,24 @@ def test_simulated_annotators_rank_by_truth():
     assert all(len({truth[c] for c in g}) == 1 for g in groups)  # only equal truths tie
 
 
+def test_annotators_say_when_no_candidate_matches_a_broken_reference():
+    world = SyntheticWorld(seed=4, panel_break=0.6)
+    prompts = {p["idx"]: p for p in world.make_prompts(12)}
+    instances = [
+        {"instance_id": f"{idx}-{g}", "prompt_id": idx, "reference": {"grid": str(g), "pos": 0},
+         "candidates": [{"grid": str(c), "pos": 0} for c in range(4) if c != g]}
+        for idx in prompts
+        for g in range(4)
+    ]  # fmt: skip
+    exact = SimulatedAnnotators(n=1, noise=0.0, tie_margin=0.0)
+    flagged = {r["instance_id"] for r in exact.annotate(instances, world, prompts)
+               if r.get("none_consistent")}  # fmt: skip
+    best = {i["instance_id"]: max(exact.true_scores(i, world, prompts)) for i in instances}
+    assert flagged == {i for i, b in best.items() if b < 0.75} and 0 < len(flagged) < len(best)
+    never = SimulatedAnnotators(n=1, noise=0.0, none_consistent_below=None)
+    assert not any("none_consistent" in r for r in never.annotate(instances, world, prompts))
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [({"panel_size": 8}, "panel_size"), ({"grid_drift": 1.5}, "grid_drift")],
