@@ -546,6 +546,11 @@ class SimulatedAnnotators:
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"n must be >= 1 annotators; got {self.n}.")
+        if self.none_consistent_below is not None and not 0 < self.none_consistent_below <= 1:
+            raise ValueError(
+                "none_consistent_below must be in (0, 1] (a similarity) or None; got "
+                f"{self.none_consistent_below!r}."
+            )
         if self.noise < 0 or self.tie_margin < 0:
             raise ValueError(
                 f"noise and tie_margin must be >= 0; got noise={self.noise}, "

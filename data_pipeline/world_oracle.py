@@ -17,7 +17,6 @@ reward.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
@@ -45,10 +44,6 @@ MIN_FRACTION = 0.02
 
 def _distance(pixels: np.ndarray, colour: Sequence[int]) -> np.ndarray:
     return np.linalg.norm(pixels - np.asarray(colour, dtype=np.float32), axis=-1)
-
-
-def _nearest(pixel: np.ndarray, table: dict[str, Sequence[int]]) -> str:
-    return min(table, key=lambda name: float(_distance(pixel[None], table[name])[0]))
 
 
 def _components(mask: np.ndarray, min_size: int = 1) -> list[np.ndarray]:
@@ -125,10 +120,10 @@ def read_panel(image: Image.Image | np.ndarray) -> PanelSpec:
 
     # Background: the most common colour of the panel's edge (the character never touches it).
     edge = np.concatenate([pixels[0], pixels[:pip_top, 0], pixels[:pip_top, -1]])
-    shades = {f"{p}/{s}": c for p, table in PALETTES.items() for s, c in table.items()}
-    votes = [_nearest(px, shades) for px in edge]
-    palette, shade = max(set(votes), key=votes.count).split("/")
-    background = np.asarray(PALETTES[palette][shade], dtype=np.float32)
+    backgrounds = [(p, s, c) for p, table in PALETTES.items() for s, c in table.items()]
+    nearest = np.stack([_distance(edge, c) for _, _, c in backgrounds]).argmin(axis=0)
+    palette, shade, background = backgrounds[np.bincount(nearest).argmax()]
+    background = np.asarray(background, dtype=np.float32)
 
     # Character: pixels of one of the six colours; its colour is the most common one.
     near = np.stack([_distance(pixels, c) < COLOUR_RADIUS for c in COLOURS.values()])
@@ -211,15 +206,14 @@ def read_back_grids(work: str | Path, world: SyntheticWorld, limit: int | None =
         ``{"grids": n, "panels": n, "accuracy": {attribute: fraction read right},
         "same_consistency": grids whose read-back :func:`grid_consistency` equals the truth}``.
     """
+    from data_pipeline.generate import GRIDS_FILE
+    from data_pipeline.prompts import read_prompts
+    from data_pipeline.storage import read_jsonl
     from paco_reward.grids import split_grid
     from paco_reward.images import load_image
 
-    work = Path(work)
-    prompts = {
-        r["idx"]: r for r in map(json.loads, (work / "prompts.jsonl").read_text().splitlines())
-    }
-    records = [json.loads(line) for line in (work / "grids.jsonl").read_text().splitlines()]
-    records = records[:limit]
+    prompts = read_prompts(work)
+    records = read_jsonl(Path(work) / GRIDS_FILE)[:limit]
     keys = (*ATTRIBUTES, "step")
     hits = dict.fromkeys(keys, 0)
     panels = same = 0

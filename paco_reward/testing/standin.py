@@ -129,7 +129,6 @@ class DescribeCollator:
         self.end_of_turn = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def __call__(self, examples: Sequence[tuple[Image.Image, str]]) -> dict:
-
         from paco_reward.images import load_image, resize_for_model
         from paco_reward.local_backend import expand_image_tokens
         from paco_reward.training.collator import pad_right

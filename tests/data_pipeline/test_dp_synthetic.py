@@ -146,6 +146,8 @@ def test_annotator_validation():
         SimulatedAnnotators(n=0)
     with pytest.raises(ValueError, match="noise and tie_margin"):
         SimulatedAnnotators(noise=-1)
+    with pytest.raises(ValueError, match="none_consistent_below must be in"):
+        SimulatedAnnotators(none_consistent_below=1.25)
     with pytest.raises(ValueError, match="not a synthetic prompt"):
         SyntheticWorld().panel_specs({"idx": "x", "layout": "2x2"}, 0)
 
