@@ -214,6 +214,8 @@ def read_back_grids(work: str | Path, world: SyntheticWorld, limit: int | None =
 
     prompts = read_prompts(work)
     records = read_jsonl(Path(work) / GRIDS_FILE)[:limit]
+    if not records:
+        raise ValueError(f"read_back_grids: {Path(work) / GRIDS_FILE} lists no grid to read.")
     keys = (*ATTRIBUTES, "step")
     hits = dict.fromkeys(keys, 0)
     panels = same = 0
@@ -229,6 +231,6 @@ def read_back_grids(work: str | Path, world: SyntheticWorld, limit: int | None =
     return {
         "grids": len(records),
         "panels": panels,
-        "accuracy": {key: hits[key] / max(1, panels) for key in keys},
+        "accuracy": {key: hits[key] / panels for key in keys},
         "same_consistency": same,
     }

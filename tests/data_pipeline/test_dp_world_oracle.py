@@ -50,6 +50,8 @@ def test_oracle_reads_back_a_pipeline_folders_grid_images(synthetic_run):
     assert check["grids"] == stats["grids"] and check["panels"] == 4 * check["grids"]
     assert min(check["accuracy"].values()) >= 0.98, check
     assert check["same_consistency"] >= check["grids"] - 1
+    with pytest.raises(ValueError, match="lists no grid"):
+        read_back_grids(work, load_synthetic_config(work).world(), limit=0)
 
 
 def test_prompt_alignment_counts_attributes_and_pips():
