@@ -105,8 +105,10 @@ class ConsistencyReward(BaseReward):
     """PaCo-Reward consistency of a grid: panels cut by the layout, every panel pair scored.
 
     With ``template="consistency"`` (default, the paper's theme template) a grid's reward is
-    the mean pairwise score under its theme (the global description before the first panel
-    marker) — the same number as ``PacoReward.score_grid``. With ``template="criteria"`` each
+    the mean pairwise score under its theme: ``metadata["theme"]`` where the prompt file has
+    one (T2IS records and the data pipeline's prompts do; it is the text the evaluator's
+    training pairs carry), else the global description before the first panel marker (then
+    the same number as ``PacoReward.score_grid``). With ``template="criteria"`` each
     pair is scored once per criterion of ``metadata["criteria"]`` (T2IS); the reward is the
     mean over the criteria of each dimension (each criterion: mean over pairs), then the mean
     over dimensions. All pairs of the whole batch go to the evaluator in one call.
@@ -167,7 +169,9 @@ class ConsistencyReward(BaseReward):
                 if self.template == "criteria":
                     texts_by_dim = _criteria_texts(meta.get("criteria")).values()
                 else:
-                    theme = split_panel_prompts(prompt)[0] or prompt
+                    # The theme the pairs were labelled under, where the prompt file
+                    # keeps it (T2IS, the data pipeline), as data_pipeline.prompts reads it.
+                    theme = meta.get("theme") or split_panel_prompts(prompt)[0] or prompt
                     texts_by_dim = [[theme]]
                 dims = []
                 for texts in texts_by_dim:

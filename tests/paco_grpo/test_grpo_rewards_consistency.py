@@ -71,6 +71,25 @@ def test_theme_consistency_equals_score_set_and_is_one_call(tiny_reward):
     )
 
 
+def test_a_prompt_files_theme_is_the_text_the_pairs_are_scored_under(tiny_reward, tmp_path):
+    """The evaluator's training pairs carry the prompt record's theme (data_pipeline.prompts),
+    so the reward scores under it too, from a T2IS file through load_prompts."""
+    import json
+
+    from paco_grpo.data import load_prompts
+
+    theme = "Generate multiple images of a red fox."
+    path = tmp_path / "t2is.jsonl"
+    path.write_text(
+        json.dumps({"idx": "0", "prompt": PROMPT, "layout": "2x2", "theme": theme}) + "\n"
+    )
+    (item,) = load_prompts(path)
+    grid = _grids(1, seed=5)
+    score = ConsistencyReward(tiny_reward)(grid, [item.prompt], [item.metadata])
+    assert score[0] == pytest.approx(tiny_reward.score_set(_panels(grid[0]), theme).mean, rel=1e-6)
+    assert score[0] != pytest.approx(tiny_reward.score_set(_panels(grid[0]), THEME).mean, rel=1e-6)
+
+
 def test_criteria_consistency_is_mean_over_criteria_then_dimensions(tiny_reward):
     reward = ConsistencyReward(tiny_reward, template="criteria")
     grids = _grids(2, seed=1)
