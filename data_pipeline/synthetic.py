@@ -156,6 +156,35 @@ def describe_panel(spec: PanelSpec) -> str:
     return text[0].upper() + text[1:]
 
 
+def _character_phrase(attrs: dict) -> str:
+    return f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
+
+
+def _style_phrase(attrs: dict) -> str:
+    outline = "a thick outline" if attrs["outline"] else "no outline"
+    return f"drawn with {outline} on a {attrs['palette']}-toned {attrs['texture']} background"
+
+
+def global_description(attrs: dict) -> str:
+    """The global description of a prompt whose character and style have ``attrs``
+    (:data:`ATTRIBUTES` values, as in ``record["synthetic"]["attributes"]``).
+
+    >>> global_description(PanelSpec("circle", "red", "dots", "warm", "grain", 3, 0).as_dict())
+    'A red circle character with dots markings, drawn with a thick outline on a warm-toned grain background.'
+    """
+    character = _character_phrase(attrs)
+    return f"{character[0].upper()}{character[1:]}, {_style_phrase(attrs)}."
+
+
+def panel_description(step: int) -> str:
+    """The description of the panel at position ``step`` (0-based) of a prompt: its pips.
+
+    >>> panel_description(1)
+    'The same character with 2 pips below it.'
+    """
+    return f"The same character with {step + 1} pip{'s' if step else ''} below it."
+
+
 def panel_similarity(a: PanelSpec, b: PanelSpec) -> float:
     """Ground-truth consistency of two panels in [0, 1]: the fraction of identity and
     style attributes they share. (The pip count is not compared: it depends on a panel's
@@ -233,19 +262,11 @@ class SyntheticWorld:
         return attrs
 
     def _prompt_record(self, idx: str, attrs: dict, focus: str, rows: int, cols: int) -> dict:
-        outline = "a thick outline" if attrs["outline"] else "no outline"
-        character = (
-            f"a {attrs['colour']} {attrs['shape']} character with {attrs['marking']} markings"
-        )
-        style = f"drawn with {outline} on a {attrs['palette']}-toned {attrs['texture']} background"
-        global_description = f"{character[0].upper()}{character[1:]}, {style}."
-        panels = [
-            f"The same character with {k + 1} pip{'s' if k else ''} below it."
-            for k in range(rows * cols)
-        ]
+        character, style = _character_phrase(attrs), _style_phrase(attrs)
+        panels = [panel_description(k) for k in range(rows * cols)]
         return {
             "idx": idx,
-            "prompt": format_grid_prompt(global_description, panels, rows, cols),
+            "prompt": format_grid_prompt(global_description(attrs), panels, rows, cols),
             "height": rows * self.panel_size,
             "width": cols * self.panel_size,
             "layout": f"{rows}x{cols}",

@@ -209,12 +209,15 @@ class CLIPTextReward(_CLIPReward):
     matching the panels cut by the layout). A prompt without panel markers is compared with
     the whole image (the plain CLIP score); a marker count that does not match the layout
     scores NaN. The reward is the raw cosine in [-1, 1] (about 0.2-0.4 for real CLIP on
-    matching text).
+    matching text). With ``global_description=True`` each panel description is read after
+    the prompt's global description (the text before the first marker): for prompts whose
+    panels say "the same character ..." and whose global description says which.
 
     Args:
         model: CLIP checkpoint (paper: ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``).
         processor: processor checkpoint (default: ``model``).
         layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
+        global_description: prefix every panel description with the global description.
         device / dtype / batch_size / long_text / warn_long_text: see :class:`CLIPEncoder`.
 
     Example:
@@ -230,16 +233,21 @@ class CLIPTextReward(_CLIPReward):
         model: str | Path = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
         processor: str | Path | None = None,
         layout: str | None = None,
+        global_description: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, processor, **kwargs)
         self.layout = layout
+        self.global_description = bool(global_description)
 
     def score(self, images, prompts, metadata) -> np.ndarray:
         pics, texts, items = [], [], []  # items[k] = (first pic, first text, count) or None
         for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             try:
-                descriptions = meta.get("panel_prompts") or split_panel_prompts(prompt)[1]
+                global_text, panel_texts = split_panel_prompts(prompt)
+                descriptions = meta.get("panel_prompts") or panel_texts
+                if descriptions and self.global_description:
+                    descriptions = [f"{global_text} {d}" for d in descriptions]
                 if not descriptions:
                     panels, descriptions = [load_image(image, f"images[{k}]")], [prompt]
                 else:

@@ -21,6 +21,7 @@ merges, T5 unigram over characters), constructed in code.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,11 @@ FLUX_DEV_SCHEDULER_CONFIG = {
 _CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + string.punctuation
 
 
-def build_tiny_tokenizers(clip_max_length: int = 77):
-    """A character-level ``CLIPTokenizer`` and ``T5Tokenizer``, built without any download."""
+def build_tiny_tokenizers(clip_max_length: int = 77, words: Sequence[str] = ()):
+    """A character-level ``CLIPTokenizer`` and ``T5Tokenizer``, built without any download.
+
+    ``words`` become whole T5 pieces (scored above their spelling, so the unigram model
+    picks them): a prompt of known words is one token per word instead of one per letter."""
     from transformers import CLIPTokenizer, T5Tokenizer
 
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
@@ -49,23 +53,32 @@ def build_tiny_tokenizers(clip_max_length: int = 77):
     clip = CLIPTokenizer(vocab=vocab, merges=[], model_max_length=clip_max_length)
     pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
     pieces += [(ch, -3.0) for ch in _CHARS] + [("▁" + ch, -2.5) for ch in _CHARS]
+    known = {piece for piece, _ in pieces}
+    pieces += [("▁" + w, -1.0) for w in dict.fromkeys(words) if "▁" + w not in known]
     t5 = T5Tokenizer(vocab=pieces, extra_ids=0)
     return clip, t5
 
 
-def tiny_flux_components(seed: int = 0, **transformer_overrides: Any) -> dict:
+def tiny_flux_components(
+    seed: int = 0,
+    vae_channels: Sequence[int] = (8, 8, 8, 8),
+    words: Sequence[str] = (),
+    **transformer_overrides: Any,
+) -> dict:
     """The components of a tiny FLUX pipeline (diffusers' ``FluxPipeline`` keyword arguments).
 
     ``transformer_overrides`` update the ``FluxTransformer2DModel`` config; the text encoders
     follow its ``joint_attention_dim`` (T5 width) and ``pooled_projection_dim`` (CLIP width), and
     the VAE its ``in_channels`` (latent channels = in_channels / 4), so a real-shape transformer
     (``in_channels=64, num_attention_heads=24, attention_head_dim=128, joint_attention_dim=4096,
-    pooled_projection_dim=768, axes_dims_rope=(16, 56, 56)``) gets matching tiny companions."""
+    pooled_projection_dim=768, axes_dims_rope=(16, 56, 56)``) gets matching tiny companions.
+    ``vae_channels`` are the VAE's block widths (one block per entry; ``n`` blocks downsample
+    ``2 ** (n - 1)`` times), ``words`` whole-word T5 pieces (:func:`build_tiny_tokenizers`)."""
     import torch
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    tokenizer, tokenizer_2 = build_tiny_tokenizers()
+    tokenizer, tokenizer_2 = build_tiny_tokenizers(words=words)
     transformer_config = {
         "patch_size": 1,
         "in_channels": 16,
@@ -112,9 +125,9 @@ def tiny_flux_components(seed: int = 0, **transformer_overrides: Any) -> dict:
     vae = AutoencoderKL(
         in_channels=3,
         out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 8, 8, 8),
+        down_block_types=("DownEncoderBlock2D",) * len(vae_channels),
+        up_block_types=("UpDecoderBlock2D",) * len(vae_channels),
+        block_out_channels=tuple(vae_channels),
         layers_per_block=1,
         latent_channels=transformer_config["in_channels"] // 4,
         norm_num_groups=4,

@@ -15,6 +15,7 @@ checkpoint such as ``openai/clip-vit-base-patch32`` would::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ _CLIP_CORPUS = (
 ).split()
 
 
-def build_tiny_clip_tokenizer(vocab_size: int = 512):
+def build_tiny_clip_tokenizer(vocab_size: int = 512, corpus: Sequence[str] = ()):
     """Train a CLIP-style byte-level BPE (lower-casing, ``</w>`` word suffix) on a small
-    corpus and wrap it in :class:`transformers.CLIPTokenizer`."""
+    corpus (a built-in word list, or ``corpus``: texts of the domain the model will read)
+    and wrap it in :class:`transformers.CLIPTokenizer`."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import CLIPTokenizer
 
@@ -54,7 +56,7 @@ def build_tiny_clip_tokenizer(vocab_size: int = 512):
         end_of_word_suffix="</w>",
         show_progress=False,
     )
-    bpe.train_from_iterator([" ".join(_CLIP_CORPUS)] * 20, trainer=trainer)
+    bpe.train_from_iterator(list(corpus) or [" ".join(_CLIP_CORPUS)] * 20, trainer=trainer)
     state = json.loads(bpe.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
     return CLIPTokenizer(vocab=state["vocab"], merges=merges, model_max_length=77)
@@ -64,6 +66,7 @@ def build_tiny_clip(
     output_dir: str | Path,
     seed: int = 0,
     image_size: int = 32,
+    corpus: Sequence[str] = (),
     **overrides: Any,
 ) -> Path:
     """Write a randomly initialised tiny CLIP (``CLIPModel`` + ``CLIPProcessor``) to ``output_dir``.
@@ -72,6 +75,7 @@ def build_tiny_clip(
         output_dir: folder to create (an ordinary Hugging Face model folder).
         seed: seed for the random weights; the same seed gives the same model.
         image_size: input resolution of the vision tower (patch size 8).
+        corpus: texts the tokenizer's BPE is trained on (default a built-in word list).
         **overrides: ``text_config={...}``, ``vision_config={...}`` or top-level
             ``CLIPConfig`` fields.
 
@@ -87,7 +91,7 @@ def build_tiny_clip(
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_clip_tokenizer()
+    tokenizer = build_tiny_clip_tokenizer(corpus=corpus)
     text = {
         "vocab_size": len(tokenizer),
         "hidden_size": 32,

@@ -104,6 +104,16 @@ def test_clip_t_is_mean_panel_description_cosine(clip_dir, hand):
     assert np.isfinite(scores[:2]).all() and scores[0] != scores[1]
 
 
+def test_clip_t_can_read_each_panel_description_after_the_global_description(clip_dir, hand):
+    reward = CLIPTextReward(clip_dir, global_description=True)
+    grid = _grids(1, seed=4)
+    score = reward(grid, [PROMPT], [{"layout": "2x2"}])
+    texts = [f"FOUR-PANEL Images with a 2x2 grid layout. A red fox. {d}" for d in DESCRIPTIONS]
+    expected = np.mean([hand.image(p) @ hand.text(t) for p, t in zip(_panels(grid[0]), texts)])
+    np.testing.assert_allclose(score, [expected], rtol=1e-5, atol=1e-6)
+    assert score[0] != pytest.approx(CLIPTextReward(clip_dir)(grid, [PROMPT], [{}])[0])
+
+
 LAYOUT_2X2 = [{"layout": "2x2"}]  # the long prompt names no layout
 
 
