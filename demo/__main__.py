@@ -11,7 +11,19 @@ from pathlib import Path
 from demo.context import DemoContext, make_reproducible
 from paco_reward.command_line import Command, config_field, run_cli
 
-STAGES = ["scoring", "data", "standin", "train", "server", "benchmarks", "grpo", "grpo_edit"]
+STAGES = [
+    "scoring",
+    "data",
+    "standin",
+    "train",
+    "server",
+    "benchmarks",
+    "grpo",
+    "grpo_edit",
+    "generator",
+    "world_grpo",
+    "report",
+]
 
 
 @dataclass
@@ -41,7 +53,9 @@ def run(args: DemoArguments) -> int:
         start = time.perf_counter()
         print(f"\n##### stage: {name}")
         importlib.import_module(f"demo.stage_{name}").run(ctx)
-        print(f"##### stage {name} done in {time.perf_counter() - start:.1f}s")
+        seconds = time.perf_counter() - start
+        ctx.artifacts.setdefault("stage_seconds", {})[name] = seconds
+        print(f"##### stage {name} done in {seconds:.1f}s")
     print(f"\nDemo finished; artifacts in {output_dir}/")
     if "annotate_command" in ctx.artifacts:
         print(f"Rank the demo's instances in your browser: {ctx.artifacts['annotate_command']}")

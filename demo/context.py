@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,12 @@ class DemoContext:
         p = self.output_dir.joinpath(*parts)
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
+
+
+def cache_dir() -> Path:
+    """Where the demo caches its pretrained stand-ins (``PACO_RL_CACHE``, else
+    ``~/.cache/paco-rl``)."""
+    return Path(os.environ.get("PACO_RL_CACHE") or Path.home() / ".cache" / "paco-rl")
 
 
 def make_reproducible(seed: int, threads: int = 1) -> None:
@@ -36,9 +43,20 @@ def make_reproducible(seed: int, threads: int = 1) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def _cells(rows: list[list[Any]]) -> list[list[str]]:
+    return [[f"{c:.4f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """The rows of a :func:`print_table` table as a Markdown table (for the report)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in _cells(rows)]
+    return "\n".join(lines)
+
+
 def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
-    """Print a plain-text table (the demo's only output format)."""
-    cells = [[f"{c:.4f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    """Print a plain-text table (the demo's terminal output format)."""
+    cells = _cells(rows)
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
     line = "  ".join("-" * w for w in widths)
     print(f"\n== {title} ==")

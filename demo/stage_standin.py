@@ -13,11 +13,10 @@ a second demo run reuses it. Sets ``ctx.artifacts["base_model"]``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-from demo.context import DemoContext, print_table
+from demo.context import DemoContext, cache_dir, print_table
 
 # The model's view of a 64-px panel: 112 x 112 pixels, 16 vision tokens.
 IMAGE_PIXELS = 112 * 112
@@ -27,11 +26,6 @@ STEPS = 1600
 # near 0.75 ROC-AUC on truth pairs). So two identity layers are appended after the
 # pretraining (block expansion), for the SFT to train.
 EXPAND_TEXT_LAYERS = 2
-
-
-def cache_dir() -> Path:
-    """Where the stand-in is cached (``PACO_RL_CACHE``, else ``~/.cache/paco-rl``)."""
-    return Path(os.environ.get("PACO_RL_CACHE") or Path.home() / ".cache" / "paco-rl")
 
 
 def standin_model(

@@ -20,7 +20,9 @@ wall = time.perf_counter() - t
 rm = PacoReward.from_pretrained(out)
 clip = CLIPImageScorer(build_tiny_clip(Path(str(out) + "-clip"), seed=seed))
 res = {}
-for kind, rows in (("truth", load_pair_dataset_dict(Path(data) / "truth")["test"]),
-                   ("annot", load_pair_dataset_dict(data)["test"])):
+kinds = [("annot", load_pair_dataset_dict(data)["test"])]
+if (Path(data) / "truth").is_dir():
+    kinds.insert(0, ("truth", load_pair_dataset_dict(Path(data) / "truth")["test"]))
+for kind, rows in kinds:
     res[kind] = {x["method"].split(" ")[0] + ("" if "PaCo" not in x["method"] else "-paco"): (round(x["accuracy"], 3), round(x["roc_auc"], 3)) for x in compare(rm, rows, clip)}
 print("RESULT", out.name, f"train_wall {wall:.0f}", json.dumps(res))
