@@ -201,6 +201,53 @@ def run_synthetic(
     return stats
 
 
+def run_oracle_annotated(
+    work_dir: str | Path,
+    prompts_path: str | Path,
+    grids_dir: str | Path,
+    annotators: SimulatedAnnotators | None = None,
+    pairing: PairingConfig | None = None,
+    rule: LabelRule | None = None,
+    export: ExportConfig | None = None,
+) -> dict:
+    """Every stage on grids that a generator of the synthetic world drew for its prompts
+    (``prompts_path``: world prompt records; ``grids_dir``: ``<id>/<seed>.png``), as the
+    paper builds its data from generated images: the simulated annotators rank what the
+    world's oracle reads in each panel (:class:`data_pipeline.world_oracle.OracleReadings`),
+    and the template reasons name it. Instances with a panel the oracle cannot read are
+    left unranked, so they make no pair. Returns the statistics (also in ``stats.json``).
+    """
+    from data_pipeline.world_oracle import OracleReadings
+
+    rule = rule or LabelRule(ties="all", template_mix={"rank": 0.25})
+    work_dir = Path(work_dir)
+    prepare_prompts(prompts_path, work_dir, source="synthetic")
+    ingest_grids(grids_dir, work_dir)
+    build_instances(work_dir, pairing)
+    prompts = read_prompts(work_dir)
+    readings = OracleReadings(work_dir)
+    instances = [i for i in read_instances(work_dir).values() if readings.readable(i, prompts)]
+    rankings = work_dir / "inputs" / "rankings.jsonl"
+    write_jsonl(
+        rankings, (annotators or SimulatedAnnotators()).annotate(instances, readings, prompts)
+    )
+    ingest_rankings(work_dir, rankings)
+    build_pairs(work_dir, rule)
+    annotate_reasons(
+        read_pairs(work_dir),
+        TemplateReasoner(attribute_describer(readings, prompts)),
+        work_dir / REASONS_FILE,
+        image_root=work_dir,
+        load_images=False,
+        progress=False,
+    )
+    export_dir = export_dataset(work_dir, work_dir / "export", export)
+    stats = write_stats(work_dir, export_dir)
+    stats["oracle_readable_instances"] = len(instances)
+    write_json(work_dir / "stats.json", stats)
+    return stats
+
+
 def truth_stats(work_dir: str | Path) -> dict:
     """SYNTHETIC: how clean the simulated annotators' labels are. Mean ground-truth
     similarity of consistent and inconsistent pairs, and ``label_ceiling``: the accuracy of

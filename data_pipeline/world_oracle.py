@@ -234,3 +234,51 @@ def read_back_grids(work: str | Path, world: SyntheticWorld, limit: int | None =
         "accuracy": {key: hits[key] / panels for key in keys},
         "same_consistency": same,
     }
+
+
+class OracleReadings:
+    """What the oracle reads in every panel of a work folder's grids: the "ground truth" of
+    grids a generator of the world drew, which has none. It answers ``panel_specs`` as
+    :class:`~data_pipeline.synthetic.SyntheticWorld` does, so
+    :class:`~data_pipeline.synthetic.SimulatedAnnotators` and
+    :func:`~data_pipeline.synthetic.attribute_describer` rank and describe generated panels
+    as they do rendered ones; a panel it cannot read is ``None``.
+
+    Args:
+        work: a pipeline folder whose ``grids.jsonl`` lists the grids (after ``ingest_grids``).
+    """
+
+    def __init__(self, work: str | Path) -> None:
+        from data_pipeline.generate import GRIDS_FILE
+        from data_pipeline.storage import read_jsonl
+
+        self.grids = {
+            (g["prompt_id"], str(g["grid"])): g for g in read_jsonl(Path(work) / GRIDS_FILE)
+        }
+        self._read: dict[tuple[str, str], list[PanelSpec | None]] = {}
+
+    def panel_specs(self, record: dict, grid_seed: int | str) -> list[PanelSpec | None]:
+        """The oracle's reading of every panel (row-major) of grid ``grid_seed`` of ``record``."""
+        from paco_reward.grids import split_grid
+        from paco_reward.images import load_image
+
+        key = (record["idx"], str(grid_seed))
+        if key not in self._read:
+            if key not in self.grids:
+                raise KeyError(f"no grid {grid_seed!r} of prompt {record['idx']!r} in grids.jsonl.")
+            grid = self.grids[key]
+            image = load_image(grid["path"], grid["path"])
+            readings: list[PanelSpec | None] = []
+            for panel in split_grid(image, grid["rows"], grid["cols"]):
+                try:
+                    readings.append(read_panel(panel))
+                except ValueError:
+                    readings.append(None)
+            self._read[key] = readings
+        return self._read[key]
+
+    def readable(self, instance: dict, prompts: dict[str, dict]) -> bool:
+        """Whether the oracle reads the reference and every candidate of ``instance``."""
+        record = prompts[instance["prompt_id"]]
+        panels = [instance["reference"], *instance["candidates"]]
+        return all(self.panel_specs(record, p["grid"])[p["pos"]] is not None for p in panels)

@@ -21,6 +21,7 @@ STAGES = [
     "grpo",
     "grpo_edit",
     "generator",
+    "world_evaluator",
     "world_grpo",
     "report",
 ]

@@ -16,13 +16,15 @@ from data_pipeline.pipeline import SyntheticConfig, run_synthetic
 from data_pipeline.stats import stats_rows
 from demo.context import DemoContext, print_table
 
+# 288 prompts (4,608 panels), 36 held out: enough distinct characters that the tiny
+# evaluator learns attributes instead of memorising panels; the test split, the
+# ground-truth pairs and ConsistencyRank use unseen characters.
+DATA_CONFIG = {"n_prompts": 288, "grids_per_prompt": 4, "layouts": ["2x2"]}
+
 
 def run(ctx: DemoContext) -> None:
     work = ctx.path("data", "work")
-    # 288 prompts (4,608 panels), 36 held out: enough distinct characters that the tiny
-    # evaluator learns attributes instead of memorising panels; the test split, the
-    # ground-truth pairs and ConsistencyRank use unseen characters.
-    config = SyntheticConfig(n_prompts=288, grids_per_prompt=4, layouts=["2x2"], seed=ctx.seed)
+    config = SyntheticConfig(**DATA_CONFIG, seed=ctx.seed)
     stats = run_synthetic(
         work,
         config,

@@ -5,8 +5,9 @@ The paper's claim in a world small enough to run here. The pretrained world gene
 with CLIP-T for panel-prompt alignment (the world's CLIP, :mod:`demo.world_clip`) and log
 taming:
 
-1. the demo's trained evaluator (``consistency``: every panel pair of a grid under the
-   prompt's theme), and
+1. PaCo-Reward in miniature (``consistency``: every panel pair of a grid under the
+   prompt's theme), the evaluator trained on the generator's own grids (stage
+   ``world_evaluator``), and
 2. CLIP-I (the world's CLIP: mean pairwise panel similarity), the baseline.
 
 The oracle, never a reward, judges the grids drawn for held-out prompts before and after
@@ -23,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from data_pipeline.storage import save_image_atomic
 from demo.context import DemoContext, cache_dir, print_table
@@ -38,31 +40,34 @@ from demo.world_rl import paired_gain, run_world_grpo
 from paco_reward.atomic_io import save_figure
 
 SEEDS = (0, 1)
-EPOCHS = 60
+EPOCHS = 40
 TRAIN_PROMPTS = 32
 HELD_OUT = 48
 # Train prompts are drawn from this index on: neither the generator's nor the held-out ones.
 TRAIN_START = 200_000
 
 
-def plot_rewards(runs: dict[int, dict], names: list[str], path: Path) -> None:
-    """Mean train reward per epoch, one line per reward and seed."""
+def plot_rewards(results: dict[str, dict[int, dict]], path: Path) -> None:
+    """Mean train reward per epoch: one panel per consistency reward, a line per reward and seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.5), squeeze=False)
+    for ax, (name, runs) in zip(axes[0], results.items()):
         for seed, run in runs.items():
             epochs = [row["epoch"] for row in run["history"]]
-            ax.plot(
-                epochs, [row[f"reward/{name}/mean"] for row in run["history"]], label=f"seed {seed}"
-            )
-        ax.set_title(f"train reward: {name}")
+            keys = [k for k in run["history"][0] if k.startswith("reward/") and k.endswith("/mean")]
+            for key in keys:
+                if key != "reward/aggregated/mean":
+                    values = [row[key] for row in run["history"]]
+                    ax.plot(epochs, values, label=f"{key.split('/')[1]}, seed {seed}")
+        ax.set_title(f"consistency reward: {name}")
         ax.set_xlabel("epoch")
+        ax.set_ylabel("mean train reward")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -99,25 +104,8 @@ def reward_sets(evaluator: str, clip: Path) -> dict[str, dict]:
     }
 
 
-def run(ctx: DemoContext) -> None:
-    evaluator = ctx.artifacts.get("trained_evaluator")
-    if evaluator is None:
-        print("No trained evaluator (run the data, standin and train stages first): skipped.")
-        return
-    config = GeneratorConfig(seed=ctx.seed)
-    generator = ctx.artifacts.get("world_generator") or pretrain_world_generator(
-        cache_dir() / "generator" / config.key(), config
-    )
-    clip_config = WorldClipConfig(seed=ctx.seed)
-    clip = pretrain_world_clip(cache_dir() / "world_clip" / clip_config.key(), clip_config)
-    train_records = generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START)
-    test_records = held_out_prompts(config, HELD_OUT)
-    print(
-        f"RL IN MINIATURE: PaCo-GRPO on the world generator ({EPOCHS} epochs, {TRAIN_PROMPTS} "
-        "train prompts), consistency rewarded by the trained evaluator (experiment 1) or by "
-        "CLIP-I (experiment 2), each with CLIP-T (the world's CLIP), log-tamed; the oracle "
-        f"judges {HELD_OUT} held-out prompts before and after."
-    )
+def _train_all(ctx, generator, evaluator, clip, train_records, test_records) -> dict:
+    """Every (reward set, seed) run (``{name: {seed: run}}``), with its before/after sheet."""
     results: dict[str, dict[int, dict]] = {}
     for name, factories in reward_sets(str(evaluator), clip).items():
         results[name] = {}
@@ -140,6 +128,38 @@ def run(ctx: DemoContext) -> None:
                 sample_sheet([before, after]),
                 ctx.path("world_grpo", f"samples_{slug}_seed{seed}.png"),
             )
+    return results
+
+
+def run(ctx: DemoContext) -> None:
+    # The evaluator of the generator's grids, from this run or an earlier one in this folder.
+    evaluator = ctx.artifacts.get("world_evaluator")
+    earlier = ctx.output_dir / "models" / "world-evaluator"
+    if evaluator is None and (earlier / "config.json").is_file():
+        evaluator = earlier
+    if evaluator is None:
+        print("No evaluator of the generator's grids (run the world_evaluator stage): skipped.")
+        return
+    config = GeneratorConfig(seed=ctx.seed)
+    generator = ctx.artifacts.get("world_generator") or pretrain_world_generator(
+        cache_dir() / "generator" / config.key(), config
+    )
+    clip_config = WorldClipConfig(seed=ctx.seed)
+    clip = pretrain_world_clip(cache_dir() / "world_clip" / clip_config.key(), clip_config)
+    train_records = generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START)
+    test_records = held_out_prompts(config, HELD_OUT)
+    print(
+        f"RL IN MINIATURE: PaCo-GRPO on the world generator ({EPOCHS} epochs, {TRAIN_PROMPTS} "
+        "train prompts), consistency rewarded by the trained evaluator (experiment 1) or by "
+        "CLIP-I (experiment 2), each with CLIP-T (the world's CLIP), log-tamed; the oracle "
+        f"judges {HELD_OUT} held-out prompts before and after."
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny models run fastest single-threaded on a shared machine
+    try:
+        results = _train_all(ctx, generator, evaluator, clip, train_records, test_records)
+    finally:
+        torch.set_num_threads(threads)
 
     rows = []
     for name, runs in results.items():

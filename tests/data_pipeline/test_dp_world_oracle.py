@@ -72,3 +72,64 @@ def test_oracle_rejects_what_is_not_a_panel():
         read_panel(Image.new("RGB", (64, 64), (240, 240, 240)))
     with pytest.raises(ValueError, match="two panels"):
         grid_consistency([])
+
+
+def test_oracle_annotated_renders_give_the_synthetic_pipelines_pairs(tmp_path):
+    """On the world's own 64-px renders the oracle reads the ground truth, so annotators who
+    see its readings label every pair as annotators who see the ground truth do."""
+    from data_pipeline.pairs import read_pairs
+    from data_pipeline.pipeline import SyntheticConfig, run_oracle_annotated, run_synthetic
+    from data_pipeline.storage import write_jsonl
+    from data_pipeline.synthetic import SimulatedAnnotators
+
+    config = SyntheticConfig(n_prompts=6, grids_per_prompt=3, layouts=["2x2"], seed=2)
+    run_synthetic(tmp_path / "truth", config)
+    world = config.world()
+    records = world.make_prompts(6, config.layout_tuples())
+    write_jsonl(tmp_path / "prompts.jsonl", records)
+    world.write_grids(records, tmp_path / "grids", 3)
+    stats = run_oracle_annotated(
+        tmp_path / "oracle",
+        tmp_path / "prompts.jsonl",
+        tmp_path / "grids",
+        SimulatedAnnotators(seed=2),
+    )
+    assert stats["oracle_readable_instances"] == stats["instances"]
+
+    def labels(work):
+        return sorted(
+            (p["prompt_id"], p["panel_a"], p["panel_b"], p["label"]) for p in read_pairs(work)
+        )
+
+    assert len(labels(tmp_path / "truth")) > 20
+    assert labels(tmp_path / "oracle") == labels(tmp_path / "truth")
+    assert (tmp_path / "oracle" / "export" / "hf" / "dataset_dict.json").is_file()
+
+
+def test_an_instance_with_a_panel_the_oracle_cannot_read_is_not_ranked(tmp_path):
+    from data_pipeline.instances import read_instances
+    from data_pipeline.pipeline import run_oracle_annotated
+    from data_pipeline.rankings import read_merged
+    from data_pipeline.storage import write_jsonl
+
+    world = SyntheticWorld(seed=1)
+    records = world.make_prompts(2)
+    write_jsonl(tmp_path / "prompts.jsonl", records)
+    world.write_grids(records, tmp_path / "grids", 3)
+    blank = tmp_path / "grids" / records[0]["idx"] / "1.png"
+    grid = Image.open(blank).convert("RGB")
+    grid.paste(Image.new("RGB", (64, 64), (128, 128, 128)), (0, 0))
+    grid.save(blank)
+    stats = run_oracle_annotated(tmp_path / "w", tmp_path / "prompts.jsonl", tmp_path / "grids")
+    instances = read_instances(tmp_path / "w")
+    assert 0 < stats["oracle_readable_instances"] < stats["instances"] == len(instances)
+    ranked = set(read_merged(tmp_path / "w"))
+    unreadable = [
+        i
+        for i in instances.values()
+        if any(
+            p["grid"] == "1" and p["pos"] == 0 and i["prompt_id"] == records[0]["idx"]
+            for p in [i["reference"], *i["candidates"]]
+        )
+    ]
+    assert unreadable and not ranked & {i["instance_id"] for i in unreadable}
