@@ -151,6 +151,25 @@ def synthetic_teacher(work_dir: str | Path) -> TemplateReasoner:
     return TemplateReasoner(attribute_describer(config.world(), read_prompts(work_dir)))
 
 
+def _pairs_reasons_export(
+    work_dir: Path, rule: LabelRule | None, teacher, export: ExportConfig | None
+) -> tuple[Path, dict]:
+    """The tail of a simulated run, once rankings are in: pairs (by default keeping whole
+    tie groups and asking a quarter with the ``rank`` template), template reasons by
+    ``teacher``, the export and its statistics."""
+    build_pairs(work_dir, rule or LabelRule(ties="all", template_mix={"rank": 0.25}))
+    annotate_reasons(
+        read_pairs(work_dir),
+        teacher,
+        work_dir / REASONS_FILE,
+        image_root=work_dir,
+        load_images=False,
+        progress=False,
+    )
+    export_dir = export_dataset(work_dir, work_dir / "export", export)
+    return export_dir, write_stats(work_dir, export_dir)
+
+
 def run_synthetic(
     work_dir: str | Path,
     config: SyntheticConfig | None = None,
@@ -171,24 +190,13 @@ def run_synthetic(
     template (``template_mix``), so an evaluator trained on the export has been asked the
     question the ConsistencyRank benchmark asks.
     """
-    rule = rule or LabelRule(ties="all", template_mix={"rank": 0.25})
     work_dir = Path(work_dir)
     inputs = make_synthetic_inputs(work_dir, config)
     prepare_prompts(inputs["prompts"], work_dir, source="synthetic")
     ingest_grids(inputs["grids"], work_dir)
     build_instances(work_dir, pairing)
     ingest_rankings(work_dir, simulate_rankings(work_dir))
-    build_pairs(work_dir, rule)
-    annotate_reasons(
-        read_pairs(work_dir),
-        synthetic_teacher(work_dir),
-        work_dir / REASONS_FILE,
-        image_root=work_dir,
-        load_images=False,
-        progress=False,
-    )
-    export_dir = export_dataset(work_dir, work_dir / "export", export)
-    stats = write_stats(work_dir, export_dir)
+    export_dir, stats = _pairs_reasons_export(work_dir, rule, synthetic_teacher(work_dir), export)
     stats["synthetic_truth"] = truth_stats(work_dir)
     if json.loads((export_dir / "export_info.json").read_text())["test_prompts"]:
         from datasets import load_from_disk
@@ -219,7 +227,6 @@ def run_oracle_annotated(
     """
     from data_pipeline.world_oracle import OracleReadings
 
-    rule = rule or LabelRule(ties="all", template_mix={"rank": 0.25})
     work_dir = Path(work_dir)
     prepare_prompts(prompts_path, work_dir, source="synthetic")
     ingest_grids(grids_dir, work_dir)
@@ -232,17 +239,8 @@ def run_oracle_annotated(
         rankings, (annotators or SimulatedAnnotators()).annotate(instances, readings, prompts)
     )
     ingest_rankings(work_dir, rankings)
-    build_pairs(work_dir, rule)
-    annotate_reasons(
-        read_pairs(work_dir),
-        TemplateReasoner(attribute_describer(readings, prompts)),
-        work_dir / REASONS_FILE,
-        image_root=work_dir,
-        load_images=False,
-        progress=False,
-    )
-    export_dir = export_dataset(work_dir, work_dir / "export", export)
-    stats = write_stats(work_dir, export_dir)
+    teacher = TemplateReasoner(attribute_describer(readings, prompts))
+    _, stats = _pairs_reasons_export(work_dir, rule, teacher, export)
     stats["oracle_readable_instances"] = len(instances)
     write_json(work_dir / "stats.json", stats)
     return stats

@@ -9,15 +9,32 @@ from typing import Any
 
 
 @dataclass
+class ReportSection:
+    """A table of the demo's report (stage ``report``), with the images that go with it."""
+
+    heading: str
+    title: str
+    header: list[str]
+    rows: list[list[Any]]
+    images: list[tuple[Path, str]] = field(default_factory=list)  # (path, caption)
+
+
+@dataclass
 class DemoContext:
     output_dir: Path
     seed: int = 0
     artifacts: dict[str, Any] = field(default_factory=dict)
+    report: list[ReportSection] = field(default_factory=list)
 
     def path(self, *parts: str) -> Path:
         p = self.output_dir.joinpath(*parts)
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
+
+    def table(self, section: ReportSection) -> None:
+        """Print ``section``'s table and keep it for the report."""
+        print_table(section.title, section.header, section.rows)
+        self.report.append(section)
 
 
 def cache_dir() -> Path:

@@ -16,7 +16,7 @@ import time
 from PIL import Image
 
 from data_pipeline.storage import save_image_atomic
-from demo.context import DemoContext, cache_dir, print_table
+from demo.context import DemoContext, ReportSection, cache_dir
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
@@ -60,9 +60,15 @@ def run(ctx: DemoContext) -> None:
     world = generator_world(config)
     renders = [world.render_grid(r, 0) for r in records]
     generated = sample_grids(pipe, records, seed=ctx.seed)
+    # At half size (what RL trains at in experiment 3), enlarged for the oracle.
+    half = [
+        grid.resize(renders[0].size, Image.BILINEAR)
+        for grid in sample_grids(pipe, records, seed=ctx.seed, size=records[0]["height"] // 2)
+    ]
     judged = {
         "world renders": judge_grids(renders, records),
         "generator": judge_grids(generated, records),
+        "generator at half size, enlarged": judge_grids(half, records),
     }
     attributes = list(judged["generator"]["shows_prompt"])
     title = (
@@ -81,14 +87,16 @@ def run(ctx: DemoContext) -> None:
         ]
         for name, j in judged.items()
     ]
-    print_table(title, header, rows)
     sheet = ctx.path("generator", "samples.png")
     save_image_atomic(sample_sheet([renders[:8], generated[:8]]), sheet)
+    ctx.table(
+        ReportSection(
+            "A tiny FLUX that draws the world",
+            title,
+            header,
+            rows,
+            [(sheet, "World renders (above) and generated grids (below), held-out prompts")],
+        )
+    )
     print(f"Samples (world renders above, generated below): {sheet}")
     ctx.artifacts["world_generator"] = path
-    ctx.artifacts["generator_table"] = {
-        "title": title,
-        "header": header,
-        "rows": rows,
-        "samples": sheet,
-    }

@@ -1,33 +1,35 @@
 """Stage: RL IN MINIATURE. PaCo-GRPO on the world's generator, judged by the world's oracle.
 
-The paper's claim in a world small enough to run here. The pretrained world generator
-(stage ``generator``) is trained with PaCo-GRPO and one of two consistency rewards, each
-with CLIP-T for panel-prompt alignment (the world's CLIP, :mod:`demo.world_clip`) and log
-taming:
+The paper's claims in a world small enough to run here. The pretrained world generator
+(stage ``generator``) is trained with PaCo-GRPO in four arms, each with CLIP-T for
+panel-prompt alignment (the world's CLIP, :mod:`demo.world_clip`):
 
 1. PaCo-Reward in miniature (``consistency``: every panel pair of a grid under the
-   prompt's theme), the evaluator trained on the generator's own grids (stage
-   ``world_evaluator``), and
-2. CLIP-I (the world's CLIP: mean pairwise panel similarity), the baseline.
+   prompt's theme; the evaluator trained on the generator's own grids, stage
+   ``world_evaluator``), log-tamed, trained at the resolution it is judged at;
+2. CLIP-I (the world's CLIP: mean pairwise panel similarity) instead, the baseline;
+3. arm 1 trained at half the resolution (16-px panels; judged at 32-px ones);
+4. arm 1 with a plain weighted sum of the rewards instead of log taming.
 
 The oracle, never a reward, judges the grids drawn for held-out prompts before and after
-(same initial noise, ODE sampling, EMA weights): consistency and prompt alignment per
-prompt, with 95 % intervals, for each seed and averaged over the seeds.
+(same initial noise, ODE sampling, EMA weights, the evaluation resolution): consistency and
+prompt alignment per prompt, with 95 % intervals, for each seed and averaged over the seeds.
+Each experiment compares its arm with arm 1 in a table of the report.
 
-Writes ``world_grpo/rewards.png`` (train rewards per epoch) and
-``world_grpo/samples_<reward>_seed<k>.png`` (held-out grids before above, after below); sets
-``ctx.artifacts["world_grpo"]``.
+Writes ``world_grpo/rewards.png`` (train rewards per epoch), ``world_grpo/reward_ratio.png``
+(the consistency / CLIP-T reward ratio per epoch) and ``world_grpo/samples_<arm>_seed<k>.png``
+(held-out grids before above, after below).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from data_pipeline.storage import save_image_atomic
-from demo.context import DemoContext, cache_dir, print_table
+from demo.context import DemoContext, ReportSection, cache_dir
 from demo.stage_generator import sample_sheet
 from demo.world_clip import WorldClipConfig, pretrain_world_clip
 from demo.world_generator import (
@@ -36,7 +38,7 @@ from demo.world_generator import (
     held_out_prompts,
     pretrain_world_generator,
 )
-from demo.world_rl import paired_gain, run_world_grpo
+from demo.world_rl import paired_gain, pooled_gain, run_world_grpo
 from paco_reward.atomic_io import save_figure
 
 SEEDS = (0, 1)
@@ -45,89 +47,185 @@ TRAIN_PROMPTS = 32
 HELD_OUT = 48
 # Train prompts are drawn from this index on: neither the generator's nor the held-out ones.
 TRAIN_START = 200_000
+# Runs side by side, one torch thread each (the CI machine's cores).
+WORKERS = 2
+# Recipe fields every run sets on top of recipes/grpo_world_cpu.yaml (tests make runs tiny).
+RECIPE_OVERRIDES: dict = {}
 
 
-def plot_rewards(results: dict[str, dict[int, dict]], path: Path) -> None:
-    """Mean train reward per epoch: one panel per consistency reward, a line per reward and seed."""
+@dataclass(frozen=True)
+class Arm:
+    """One way of training: the consistency reward (``"paco"`` or ``"clip_i"``, each with
+    CLIP-T), the aggregator, and the training resolution as a fraction of the judged one."""
+
+    name: str
+    slug: str
+    consistency: str = "paco"
+    aggregator: str = "log_tamed"
+    resolution_fraction: float = 1.0
+
+
+PACO = Arm("PaCo evaluator", "paco")
+ARMS = (
+    PACO,
+    Arm("CLIP-I", "clipi", consistency="clip_i"),
+    Arm("PaCo evaluator, half resolution", "paco_half", resolution_fraction=0.5),
+    Arm("PaCo evaluator, weighted sum", "paco_sum", aggregator="weighted_sum"),
+)
+# Heading, and the arms it compares (arm 1 first).
+EXPERIMENTS = (
+    ("Experiments 1-2: the consistency reward", (ARMS[0], ARMS[1])),
+    ("Experiment 3: resolution decoupling", (ARMS[0], ARMS[2])),
+    ("Experiment 4: log taming vs a weighted sum", (ARMS[0], ARMS[3])),
+)
+
+
+def rewards_of(arm: Arm, evaluator: str, clip: Path) -> dict:
+    """The arm's rewards: its consistency reward and CLIP-T (fresh instances)."""
+    from paco_grpo.rewards import CLIPImageReward, CLIPTextReward, ConsistencyReward
+
+    consistency = (
+        {"consistency": ConsistencyReward(evaluator)}
+        if arm.consistency == "paco"
+        else {"clip_i": CLIPImageReward(clip)}
+    )
+    return {
+        **consistency,
+        "clip_t": CLIPTextReward(clip, global_description=True, warn_long_text=False),
+    }
+
+
+def reward_ratio(history: list[dict]) -> list[float]:
+    """Mean consistency reward / mean CLIP-T reward per epoch."""
+    name = "consistency" if "reward/consistency/mean" in history[0] else "clip_i"
+    return [row[f"reward/{name}/mean"] / row["reward/clip_t/mean"] for row in history]
+
+
+def _plot(results: dict[Arm, dict[int, dict]], path: Path, series, ylabel: str) -> None:
+    """One panel per arm, a line per (name, values) of ``series(run)`` and seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.5), squeeze=False)
-    for ax, (name, runs) in zip(axes[0], results.items()):
+    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.5), squeeze=False)
+    for ax, (arm, runs) in zip(axes[0], results.items()):
         for seed, run in runs.items():
             epochs = [row["epoch"] for row in run["history"]]
-            keys = [k for k in run["history"][0] if k.startswith("reward/") and k.endswith("/mean")]
-            for key in keys:
-                if key != "reward/aggregated/mean":
-                    values = [row[key] for row in run["history"]]
-                    ax.plot(epochs, values, label=f"{key.split('/')[1]}, seed {seed}")
-        ax.set_title(f"consistency reward: {name}")
+            for label, values in series(run["history"]):
+                ax.plot(epochs, values, label=f"{label}, seed {seed}")
+        ax.set_title(arm.name, fontsize=9)
         ax.set_xlabel("epoch")
-        ax.set_ylabel("mean train reward")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
 
 
+def _reward_means(history: list[dict]):
+    keys = [k for k in history[0] if k.startswith("reward/") and k.endswith("/mean")]
+    for key in keys:
+        if key != "reward/aggregated/mean":
+            yield key.split("/")[1], [row[key] for row in history]
+
+
 def gain_cell(gain: dict) -> str:
     return f"{gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]"
 
 
-def pooled_gain(runs: list[dict], key: str) -> dict:
-    """The per-prompt change of ``key`` averaged over runs (seeds), with its 95 % interval."""
-    diffs = np.mean(
-        [
-            [a[key] - b[key] for a, b in zip(r["after"]["per_grid"], r["before"]["per_grid"])]
-            for r in runs
-        ],
-        axis=0,
-    )
-    se = float(diffs.std(ddof=1) / np.sqrt(len(diffs)))
-    mean = float(diffs.mean())
-    return {"mean": mean, "se": se, "low": mean - 1.96 * se, "high": mean + 1.96 * se}
+HEADER = [
+    "arm",
+    "seed",
+    "consistency before",
+    "after",
+    "gain [95 %]",
+    "alignment before",
+    "after",
+    "gain [95 %]",
+    "consistency / CLIP-T reward, last epoch",
+    "train s",
+]
 
 
-def reward_sets(evaluator: str, clip: Path) -> dict[str, dict]:
-    """Experiment 1 (the trained evaluator) and experiment 2 (CLIP-I) as consistency
-    rewards, each with CLIP-T for panel-prompt alignment: ``{name: {reward: factory}}``."""
-    from paco_grpo.rewards import CLIPImageReward, CLIPTextReward, ConsistencyReward
+def experiment_rows(arms, results: dict[Arm, dict[int, dict]]) -> list[list]:
+    """A row per (arm, seed) and one per arm averaged over the seeds."""
+    rows = []
+    for arm in arms:
+        runs = results[arm]
+        for seed, r in runs.items():
+            before, after = r["before"], r["after"]
+            rows.append(
+                [
+                    arm.name,
+                    seed,
+                    before["consistency"],
+                    after["consistency"],
+                    gain_cell(paired_gain(before, after, "consistency")),
+                    before["alignment"],
+                    after["alignment"],
+                    gain_cell(paired_gain(before, after, "alignment")),
+                    reward_ratio(r["history"])[-1],
+                    f"{r['seconds']:.0f}",
+                ]
+            )
+        pooled = [
+            gain_cell(pooled_gain(list(runs.values()), k)) for k in ("consistency", "alignment")
+        ]
+        seconds = sum(r["seconds"] for r in runs.values()) / len(runs)
+        rows.append([arm.name, "both", "", "", pooled[0], "", "", pooled[1], "", f"{seconds:.0f}"])
+    return rows
 
-    def clip_t():
-        return CLIPTextReward(clip, global_description=True, warn_long_text=False)
 
-    return {
-        "PaCo evaluator": {"consistency": lambda: ConsistencyReward(evaluator), "clip_t": clip_t},
-        "CLIP-I": {"clip_i": lambda: CLIPImageReward(clip), "clip_t": clip_t},
+def _run_arm(task: tuple) -> dict:
+    """One (arm, seed) run, in a worker process of its own (one torch thread)."""
+    arm, evaluator, clip, kwargs = task
+    torch.set_num_threads(1)  # the tiny models run fastest single-threaded
+    rewards = rewards_of(arm, evaluator, clip)
+    return run_world_grpo(rewards=rewards, weights=dict.fromkeys(rewards, 1.0), **kwargs)
+
+
+def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
+    """Every (arm, seed) run (``{arm: {seed: run}}``), ``WORKERS`` at a time, with its
+    before/after sheet."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    judged = test_records[0]["height"]
+    tasks = {
+        (arm, seed): (
+            arm,
+            str(evaluator),
+            clip,
+            {
+                "generator": str(generator),
+                "train_records": train_records,
+                "test_records": test_records,
+                "output_dir": ctx.path("world_grpo", f"{arm.slug}_seed{seed}"),
+                "seed": ctx.seed * 100 + seed,
+                "aggregator": arm.aggregator,
+                "overrides": {
+                    "num_train_epochs": EPOCHS,
+                    "train.resolution": int(judged * arm.resolution_fraction),
+                    "test.resolution": judged,
+                    **RECIPE_OVERRIDES,
+                },
+            },
+        )
+        for arm in ARMS
+        for seed in SEEDS
     }
-
-
-def _train_all(ctx, generator, evaluator, clip, train_records, test_records) -> dict:
-    """Every (reward set, seed) run (``{name: {seed: run}}``), with its before/after sheet."""
-    results: dict[str, dict[int, dict]] = {}
-    for name, factories in reward_sets(str(evaluator), clip).items():
-        results[name] = {}
-        for seed in SEEDS:
-            rewards = {reward: make() for reward, make in factories.items()}
-            slug = name.split()[0].lower().replace("-", "")
-            run_ = run_world_grpo(
-                generator,
-                rewards,
-                dict.fromkeys(rewards, 1.0),
-                train_records,
-                test_records,
-                ctx.path("world_grpo", f"{slug}_seed{seed}"),
-                seed=ctx.seed * 100 + seed,
-                overrides={"num_train_epochs": EPOCHS},
-            )
-            results[name][seed] = run_
-            before, after = run_["before"]["images"][:12], run_["after"]["images"][:12]
-            save_image_atomic(
-                sample_sheet([before, after]),
-                ctx.path("world_grpo", f"samples_{slug}_seed{seed}.png"),
-            )
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(WORKERS, mp_context=spawn) as pool:
+        runs = list(pool.map(_run_arm, tasks.values()))
+    results: dict[Arm, dict[int, dict]] = {arm: {} for arm in ARMS}
+    for (arm, seed), run_ in zip(tasks, runs):
+        results[arm][seed] = run_
+        before, after = run_["before"]["images"][:12], run_["after"]["images"][:12]
+        save_image_atomic(
+            sample_sheet([before, after]),
+            ctx.path("world_grpo", f"samples_{arm.slug}_seed{seed}.png"),
+        )
     return results
 
 
@@ -145,79 +243,48 @@ def run(ctx: DemoContext) -> None:
         cache_dir() / "generator" / config.key(), config
     )
     clip_config = WorldClipConfig(seed=ctx.seed)
-    clip = pretrain_world_clip(cache_dir() / "world_clip" / clip_config.key(), clip_config)
+    clip = ctx.artifacts.get("world_clip") or pretrain_world_clip(
+        cache_dir() / "world_clip" / clip_config.key(), clip_config
+    )
     train_records = generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START)
     test_records = held_out_prompts(config, HELD_OUT)
     print(
         f"RL IN MINIATURE: PaCo-GRPO on the world generator ({EPOCHS} epochs, {TRAIN_PROMPTS} "
-        "train prompts), consistency rewarded by the trained evaluator (experiment 1) or by "
-        "CLIP-I (experiment 2), each with CLIP-T (the world's CLIP), log-tamed; the oracle "
-        f"judges {HELD_OUT} held-out prompts before and after."
+        f"train prompts, seeds {list(SEEDS)}) in {len(ARMS)} arms: "
+        f"{'; '.join(arm.name for arm in ARMS)}; each with CLIP-T (the world's CLIP). The "
+        f"oracle judges {HELD_OUT} held-out prompts before and after."
     )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny models run fastest single-threaded on a shared machine
-    try:
-        results = _train_all(ctx, generator, evaluator, clip, train_records, test_records)
-    finally:
-        torch.set_num_threads(threads)
+    results = _train_all(ctx, generator, evaluator, clip, train_records, test_records)
 
-    rows = []
-    for name, runs in results.items():
-        for seed, r in runs.items():
-            rows.append(
-                [
-                    name,
-                    seed,
-                    r["before"]["consistency"],
-                    r["after"]["consistency"],
-                    gain_cell(paired_gain(r["before"], r["after"], "consistency")),
-                    r["before"]["alignment"],
-                    r["after"]["alignment"],
-                    gain_cell(paired_gain(r["before"], r["after"], "alignment")),
-                    f"{r['before']['unreadable_panels']} -> {r['after']['unreadable_panels']}",
-                    f"{r['seconds']:.0f}",
-                ]
-            )
-        rows.append(
-            [
-                name,
-                "both",
-                "",
-                "",
-                gain_cell(pooled_gain(list(runs.values()), "consistency")),
-                "",
-                "",
-                gain_cell(pooled_gain(list(runs.values()), "alignment")),
-                "",
-                "",
-            ]
-        )
-    header = [
-        "consistency reward",
-        "seed",
-        "consistency before",
-        "after",
-        "gain [95 %]",
-        "alignment before",
-        "after",
-        "gain [95 %]",
-        "unreadable panels",
-        "train s",
+    rewards_plot = ctx.path("world_grpo", "rewards.png")
+    _plot(results, rewards_plot, _reward_means, "mean train reward")
+    ratio_plot = ctx.path("world_grpo", "reward_ratio.png")
+    _plot(results, ratio_plot, lambda h: [("ratio", reward_ratio(h))], "consistency / CLIP-T")
+    plots = [
+        (rewards_plot, "Mean train reward per epoch"),
+        (ratio_plot, "Consistency / CLIP-T reward per epoch"),
     ]
-    title = (
-        f"Experiments 1-2: the oracle on {HELD_OUT} held-out prompts, before -> after PaCo-GRPO "
-        "(gain: mean per-prompt change; 'both': averaged over the seeds)"
-    )
-    print_table(title, header, rows)
-    plot = ctx.path("world_grpo", "rewards.png")
-    plot_rewards(results, plot)
+    for heading, arms in EXPERIMENTS:
+        sheets = [
+            (
+                ctx.path("world_grpo", f"samples_{arm.slug}_seed{seed}.png"),
+                f"{arm.name}, seed {seed}: held-out grids before (above) and after (below)",
+            )
+            for arm in (arms if heading == EXPERIMENTS[0][0] else arms[1:])
+            for seed in SEEDS
+        ]
+        ctx.table(
+            ReportSection(
+                heading,
+                f"The oracle on {HELD_OUT} held-out prompts at {test_records[0]['height']} px, "
+                "before -> after PaCo-GRPO (gain: mean per-prompt change; 'both': averaged "
+                "over the seeds; train s: training wall-clock)",
+                HEADER,
+                experiment_rows(arms, results),
+                (plots if heading == EXPERIMENTS[0][0] else []) + sheets,
+            )
+        )
     print(
-        f"Reward curves: {plot}; samples (before above, after below): {ctx.path('world_grpo')}/samples_*.png"
+        f"Reward curves: {rewards_plot}, {ratio_plot}; samples: {ctx.path('world_grpo')}/samples_*.png"
     )
-    ctx.artifacts["world_grpo"] = {
-        "title": title,
-        "header": header,
-        "rows": rows,
-        "plot": plot,
-        "samples": sorted(ctx.path("world_grpo").glob("samples_*.png")),
-    }
+    ctx.artifacts["world_grpo"] = results

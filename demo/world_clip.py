@@ -14,15 +14,12 @@ learned from. Cached per machine like the stand-in.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from paco_reward.atomic_io import atomic_write_text
+from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
 
 INFO_FILE = "world_clip.json"
 PROCEDURE_VERSION = 1
@@ -41,8 +38,9 @@ class WorldClipConfig:
     def key(self) -> str:
         from data_pipeline.synthetic import WORLD_VERSION
 
-        payload = {"config": asdict(self), "procedure": PROCEDURE_VERSION, "world": WORLD_VERSION}
-        return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return cache_key(
+            {"config": asdict(self), "procedure": PROCEDURE_VERSION, "world": WORLD_VERSION}
+        )
 
 
 def panel_text(spec, layout: tuple[int, int] = (2, 2)) -> str:
@@ -78,14 +76,12 @@ def pretrain_world_clip(
 
     config = config or WorldClipConfig()
     output_dir = Path(output_dir)
-    info_path = output_dir / INFO_FILE
-    if info_path.is_file() and json.loads(info_path.read_text()).get("key") == config.key():
+    if is_cached(output_dir, INFO_FILE, config.key()):
         return output_dir
     world = generator_world(GeneratorConfig(panel_size=config.panel_size, seed=config.seed))
     corpus_rng = random.Random(f"clip-corpus-{config.seed}")
     corpus = [world_example(world, corpus_rng)[1] for _ in range(200)]
-    work = output_dir.with_name(output_dir.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    work = partial_folder(output_dir)
     build_tiny_clip(work, seed=config.seed, image_size=config.panel_size, corpus=corpus)
     model = CLIPModel.from_pretrained(work)
     processor = CLIPProcessor.from_pretrained(work)
@@ -111,7 +107,4 @@ def pretrain_world_clip(
         "train_seconds": time.perf_counter() - start,
         "loss_every_25_steps": losses,
     }
-    atomic_write_text(work / INFO_FILE, json.dumps(info, indent=2))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    work.rename(output_dir)
-    return output_dir
+    return publish_folder(work, output_dir, INFO_FILE, info)

@@ -12,6 +12,10 @@ generator learns to be as inconsistent as the world's grids are), it trains
    (``x_t = (1 - s) x_0 + s e``, target ``e - x_0``, ``s`` logit-normal), conditioned
    through the pipeline's own frozen text encoders on the prompt (whole-word T5 pieces).
 
+Like FLUX.1-dev, it draws at more than one resolution: every ``low_resolution_every``-th
+step of both trains on the same prompts' grids at ``low_panel_size`` (16-px panels), so that
+RL can train at half the resolution it is judged at (resolution decoupling).
+
 The result is an ordinary ``FluxPipeline`` folder: ``FluxPipeline.from_pretrained`` samples
 from it and :class:`paco_grpo.pipeline.FlowGRPOSampler` (with it, the GRPO trainer) trains it
 as it would FLUX.1-dev. The world's oracle (:mod:`data_pipeline.world_oracle`) judges its
@@ -23,9 +27,7 @@ grids (:func:`oracle_table`).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -36,11 +38,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.atomic_io import atomic_write_text
+from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
 
 INFO_FILE = "world_generator.json"
 # Bump when the training procedure changes, so that cached generators are retrained.
-PROCEDURE_VERSION = 1
+PROCEDURE_VERSION = 2
 # Held-out prompts are drawn from this index on (training prompts start at 0).
 HELD_OUT_START = 100_000
 
@@ -50,6 +52,9 @@ class GeneratorConfig:
     """How the world's generator is pretrained (every field is part of the cache key)."""
 
     panel_size: int = 32
+    # Also trained at this panel size (None: one resolution only), every k-th step.
+    low_panel_size: int | None = 16
+    low_resolution_every: int = 5
     prompts: int = 1200
     grids_per_prompt: int = 4
     vae_channels: tuple[int, ...] = (8, 16, 32)
@@ -59,7 +64,7 @@ class GeneratorConfig:
     vae_learning_rate: float = 2e-3
     layers: int = 2
     heads: int = 2
-    steps: int = 4000
+    steps: int = 5000
     batch_size: int = 32
     learning_rate: float = 3e-3
     warmup_steps: int = 100
@@ -70,18 +75,35 @@ class GeneratorConfig:
         """Cache key of this configuration (and of the training procedure and world)."""
         from data_pipeline.synthetic import WORLD_VERSION
 
-        payload = {"config": asdict(self), "procedure": PROCEDURE_VERSION, "world": WORLD_VERSION}
-        return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return cache_key(
+            {"config": asdict(self), "procedure": PROCEDURE_VERSION, "world": WORLD_VERSION}
+        )
 
 
-def generator_world(config: GeneratorConfig):
-    """The world the generator learns: the data stage's world at ``panel_size``, in one pose
-    and one light (the nuisance the generator need not learn)."""
+def generator_world(config: GeneratorConfig, panel_size: int | None = None):
+    """The world the generator learns: the data stage's world at ``panel_size`` (default the
+    config's), in one pose and one light (the nuisance the generator need not learn)."""
     from data_pipeline.synthetic import SyntheticWorld
 
     return SyntheticWorld(
-        seed=config.seed, panel_size=config.panel_size, pose=False, lighting=False
+        seed=config.seed,
+        panel_size=panel_size or config.panel_size,
+        pose=False,
+        lighting=False,
     )
+
+
+def panel_sizes(config: GeneratorConfig) -> tuple[int, ...]:
+    """The panel sizes the generator trains at, its main one first."""
+    low = config.low_panel_size
+    return (config.panel_size,) if low is None else (config.panel_size, low)
+
+
+def _size_at(step: int, config: GeneratorConfig) -> int:
+    """The panel size a training step uses: every ``low_resolution_every``-th is low."""
+    sizes = panel_sizes(config)
+    low_step = step % config.low_resolution_every == config.low_resolution_every - 1
+    return sizes[-1] if len(sizes) > 1 and low_step else sizes[0]
 
 
 def held_out_prompts(config: GeneratorConfig, n: int) -> list[dict]:
@@ -153,8 +175,10 @@ def _lr(step: int, config: GeneratorConfig) -> float:
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
 
 
-def train_vae(vae, images: torch.Tensor, config: GeneratorConfig, progress: bool) -> list[float]:
-    """Fit the VAE to reconstruct ``images``; returns the loss every 25 steps."""
+def train_vae(
+    vae, images: dict[int, torch.Tensor], config: GeneratorConfig, progress: bool
+) -> list[float]:
+    """Fit the VAE to reconstruct ``images`` (per panel size); returns the loss every 25 steps."""
     from tqdm.auto import tqdm
 
     generator = torch.Generator().manual_seed(config.seed)
@@ -162,7 +186,8 @@ def train_vae(vae, images: torch.Tensor, config: GeneratorConfig, progress: bool
     losses = []
     vae.train()
     for step in tqdm(range(config.vae_steps), desc="generator VAE", disable=not progress):
-        batch = images[torch.randint(len(images), (config.vae_batch_size,), generator=generator)]
+        pool = images[_size_at(step, config)]
+        batch = pool[torch.randint(len(pool), (config.vae_batch_size,), generator=generator)]
         posterior = vae.encode(batch).latent_dist
         reconstruction = vae.decode(posterior.sample(generator)).sample
         loss = (reconstruction - batch).abs().mean() + 1e-6 * posterior.kl().mean()
@@ -176,30 +201,40 @@ def train_vae(vae, images: torch.Tensor, config: GeneratorConfig, progress: bool
 
 
 @torch.no_grad()
-def encode_latents(pipe, images: torch.Tensor) -> torch.Tensor:
-    """Packed, normalised latents of ``images``; sets the VAE's ``shift_factor`` and
-    ``scaling_factor`` to the latents' mean and 1 / std, as FLUX's VAE config carries them."""
+def encode_latents(pipe, images: torch.Tensor, normalise: bool = False) -> torch.Tensor:
+    """Packed latents of ``images``, normalised by the VAE's ``shift_factor`` and
+    ``scaling_factor``; ``normalise=True`` first sets those to the latents' mean and 1 / std,
+    as FLUX's VAE config carries them."""
     vae = pipe.vae
     latents = torch.cat(
         [vae.encode(images[i : i + 256]).latent_dist.mode() for i in range(0, len(images), 256)]
     )
-    shift, scale = latents.mean().item(), 1.0 / latents.std().item()
-    vae.register_to_config(shift_factor=shift, scaling_factor=scale)
-    latents = (latents - shift) * scale
+    if normalise:
+        vae.register_to_config(
+            shift_factor=latents.mean().item(), scaling_factor=1.0 / latents.std().item()
+        )
+    latents = (latents - vae.config.shift_factor) * vae.config.scaling_factor
     batch, channels, height, width = latents.shape
     return pipe._pack_latents(latents, batch, channels, height, width)
 
 
 def train_flow(
-    pipe, latents, cond, prompt_of, config: GeneratorConfig, progress: bool
+    pipe,
+    latents: dict[int, torch.Tensor],
+    cond,
+    prompt_of,
+    config: GeneratorConfig,
+    progress: bool,
 ) -> list[float]:
-    """Rectified flow matching of the pipeline's transformer on packed ``latents``
-    (``prompt_of[i]`` = the row of ``cond`` that conditions latent ``i``)."""
+    """Rectified flow matching of the pipeline's transformer on packed ``latents`` (per panel
+    size; ``prompt_of[i]`` = the row of ``cond`` that conditions latent ``i`` of each)."""
     from tqdm.auto import tqdm
 
     transformer = pipe.transformer
-    image_side = int(latents.shape[1] ** 0.5)
-    img_ids = pipe._prepare_latent_image_ids(1, image_side, image_side, "cpu", latents.dtype)
+    img_ids = {}
+    for size, packed in latents.items():
+        side = int(packed.shape[1] ** 0.5)
+        img_ids[size] = pipe._prepare_latent_image_ids(1, side, side, "cpu", packed.dtype)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(
         transformer.parameters(), lr=config.learning_rate, weight_decay=0.0
@@ -207,8 +242,9 @@ def train_flow(
     losses = []
     transformer.train()
     for step in tqdm(range(config.steps), desc="generator flow matching", disable=not progress):
-        rows = torch.randint(len(latents), (config.batch_size,), generator=generator)
-        x0 = latents[rows]
+        size = _size_at(step, config)
+        rows = torch.randint(len(prompt_of), (config.batch_size,), generator=generator)
+        x0 = latents[size][rows]
         noise = torch.randn(x0.shape, generator=generator)
         sigma = torch.sigmoid(torch.randn(config.batch_size, generator=generator))[:, None, None]
         prompts = prompt_of[rows]
@@ -219,7 +255,7 @@ def train_flow(
             pooled_projections=cond.pooled_prompt_embeds[prompts],
             encoder_hidden_states=cond.prompt_embeds[prompts],
             txt_ids=cond.text_ids,
-            img_ids=img_ids,
+            img_ids=img_ids[size],
             return_dict=False,
         )[0]
         loss = ((velocity - (noise - x0)) ** 2).mean()
@@ -254,20 +290,25 @@ def pretrain_world_generator(
 
     config = config or GeneratorConfig()
     output_dir = Path(output_dir)
-    info_path = output_dir / INFO_FILE
-    if info_path.is_file() and json.loads(info_path.read_text()).get("key") == config.key():
+    if is_cached(output_dir, INFO_FILE, config.key()):
         return output_dir
     torch.manual_seed(config.seed)
     world = generator_world(config)
     records = world.make_prompts(config.prompts)
     grids = [(r, g) for r in records for g in range(config.grids_per_prompt)]
-    images = to_tensor([world.render_grid(r, g) for r, g in grids])
+    images = {}
+    for size in panel_sizes(config):
+        sized = generator_world(config, size)
+        images[size] = to_tensor([sized.render_grid(r, g) for r, g in grids])
     pipe = build_world_flux(config, world_words(world))
 
     start = time.perf_counter()
     vae_losses = train_vae(pipe.vae, images, config, progress)
     vae_seconds = time.perf_counter() - start
-    latents = encode_latents(pipe, images)
+    latents = {
+        size: encode_latents(pipe, sized, normalise=size == config.panel_size)
+        for size, sized in images.items()
+    }
     sampler = FlowGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)
     with torch.no_grad(), quiet_clip_truncation():
         cond = sampler.encode_prompts([r["prompt"] for r in records])
@@ -276,8 +317,7 @@ def pretrain_world_generator(
     flow_losses = train_flow(pipe, latents, cond, prompt_of, config, progress)
     flow_seconds = time.perf_counter() - start
 
-    work = output_dir.with_name(output_dir.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    work = partial_folder(output_dir)
     pipe.save_pretrained(work)
     info = {
         "key": config.key(),
@@ -287,10 +327,7 @@ def pretrain_world_generator(
         "vae_loss_every_25_steps": vae_losses,
         "flow_loss_every_25_steps": flow_losses,
     }
-    atomic_write_text(work / INFO_FILE, json.dumps(info, indent=2))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    work.rename(output_dir)
-    return output_dir
+    return publish_folder(work, output_dir, INFO_FILE, info)
 
 
 def read_generator_info(path: str | Path) -> dict:
@@ -300,15 +337,22 @@ def read_generator_info(path: str | Path) -> dict:
 
 @torch.no_grad()
 def sample_grids(
-    pipe, records: Sequence[dict], seed: int, num_steps: int = 20, size: int | None = None
+    pipe,
+    records: Sequence[dict],
+    seed: int,
+    num_steps: int = 20,
+    size: int | None = None,
+    max_sequence_length: int = GeneratorConfig.max_sequence_length,
+    transformer=None,
 ) -> list[Image.Image]:
     """One grid per prompt record, sampled with the deterministic (ODE) path of
     :class:`~paco_grpo.pipeline.FlowGRPOSampler` (what ``FluxPipeline`` draws for the
-    same initial noise); ``size`` is the grid's side in pixels (default the records')."""
+    same initial noise); ``size`` is the grid's side in pixels (default the records'),
+    ``transformer`` one to sample with instead of the pipeline's (a policy in training)."""
     from paco_grpo.pipeline import FlowGRPOSampler
 
     side = size or records[0]["height"]
-    sampler = FlowGRPOSampler(pipe, max_sequence_length=64)
+    sampler = FlowGRPOSampler(pipe, max_sequence_length=max_sequence_length)
     with quiet_clip_truncation():
         out = sampler(
             [r["prompt"] for r in records],
@@ -317,5 +361,6 @@ def sample_grids(
             num_steps=num_steps,
             noise_steps=[],
             generator=torch.Generator().manual_seed(seed),
+            transformer=transformer,
         )
     return to_images(out.images)

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from data_pipeline.storage import write_jsonl
-from demo.world_generator import quiet_clip_truncation, to_images
+from demo.world_generator import quiet_clip_truncation, sample_grids
 from demo.world_judge import judge_grids
 
 # What a GRPO prompt file keeps of a world prompt record.
@@ -40,18 +39,15 @@ def write_prompt_file(records: Sequence[dict], path: str | Path) -> Path:
 
 
 def _judge(trainer, records: Sequence[dict], seed: int, resolution: int) -> dict:
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    with torch.no_grad(), quiet_clip_truncation():
-        out = trainer.sampler(
-            [r["prompt"] for r in records],
-            height=resolution,
-            width=resolution,
-            num_steps=JUDGE_STEPS,
-            noise_steps=[],
-            generator=torch.Generator().manual_seed(seed),
-            transformer=model,
-        )
-    images = to_images(out.images)
+    images = sample_grids(
+        trainer.sampler.pipe,
+        records,
+        seed,
+        num_steps=JUDGE_STEPS,
+        size=resolution,
+        max_sequence_length=trainer.config.max_sequence_length,
+        transformer=trainer.accelerator.unwrap_model(trainer.model),
+    )
     return {**judge_grids(images, records), "images": images}
 
 
@@ -103,12 +99,26 @@ def run_world_grpo(
     return {"before": before, "after": after, "history": history, "seconds": seconds}
 
 
-def paired_gain(before: dict, after: dict, key: str) -> dict:
-    """Mean per-prompt change of ``key`` (``"consistency"`` or ``"alignment"``), its
-    standard error and 95 % interval (normal approximation)."""
-    diffs = np.array(
-        [a[key] - b[key] for a, b in zip(after["per_grid"], before["per_grid"], strict=True)]
-    )
-    se = float(diffs.std(ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
-    mean = float(diffs.mean())
+def per_prompt_change(before: dict, after: dict, key: str) -> np.ndarray:
+    """``after - before`` of ``key`` (``"consistency"`` or ``"alignment"``) per prompt."""
+    pairs = zip(after["per_grid"], before["per_grid"], strict=True)
+    return np.array([a[key] - b[key] for a, b in pairs])
+
+
+def mean_interval(values: np.ndarray) -> dict:
+    """Mean, standard error and 95 % interval (normal approximation) of ``values``."""
+    se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+    mean = float(values.mean())
     return {"mean": mean, "se": se, "low": mean - 1.96 * se, "high": mean + 1.96 * se}
+
+
+def paired_gain(before: dict, after: dict, key: str) -> dict:
+    """Mean per-prompt change of ``key`` with its standard error and 95 % interval."""
+    return mean_interval(per_prompt_change(before, after, key))
+
+
+def pooled_gain(runs: Sequence[dict], key: str) -> dict:
+    """:func:`paired_gain` of the per-prompt change averaged over ``runs`` (seeds: the same
+    held-out prompts, so the interval is over prompts, not runs)."""
+    changes = [per_prompt_change(r["before"], r["after"], key) for r in runs]
+    return mean_interval(np.mean(changes, axis=0))

@@ -21,12 +21,10 @@ A finished run is cached: :func:`pretrain_describer` returns an existing folder 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,7 +33,7 @@ from typing import Any
 
 from PIL import Image
 
-from paco_reward.atomic_io import atomic_write_text
+from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +103,7 @@ class StandInConfig:
 
     def key(self, data_id: str) -> str:
         """Cache key of a run on the examples named ``data_id``."""
-        payload = json.dumps(
-            {"config": asdict(self), "data": data_id, "version": PROCEDURE_VERSION},
-            sort_keys=True,
-        )
-        return hashlib.sha1(payload.encode()).hexdigest()[:16]
+        return cache_key({"config": asdict(self), "data": data_id, "version": PROCEDURE_VERSION})
 
 
 class DescribeCollator:
@@ -267,8 +261,7 @@ def pretrain_describer(
     config = config or StandInConfig()
     output_dir = Path(output_dir)
     key = config.key(data_id + (f"|base={base_model}" if base_model else ""))
-    info_path = output_dir / INFO_FILE
-    if info_path.is_file() and json.loads(info_path.read_text()).get("key") == key:
+    if is_cached(output_dir, INFO_FILE, key):
         logger.info("Stand-in pretraining: reusing %s (key %s).", output_dir, key)
         return output_dir
     if config.tiny_vision not in TINY_VISION_TOWERS:
@@ -276,8 +269,7 @@ def pretrain_describer(
             f"tiny_vision {config.tiny_vision!r} is not one of {sorted(TINY_VISION_TOWERS)}."
         )
 
-    work = output_dir.with_name(output_dir.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    work = partial_folder(output_dir)
     if base_model is None:
         build_tiny_model(
             work,
@@ -336,9 +328,7 @@ def pretrain_describer(
         "loss_every_25_steps": losses[::25],
         "readout_accuracy": readout,
     }
-    atomic_write_text(work / INFO_FILE, json.dumps(info, indent=2))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    work.rename(output_dir)
+    publish_folder(work, output_dir, INFO_FILE, info)
     logger.info(
         "Stand-in pretraining: %d steps in %.0f s, read-out %s", config.steps, elapsed, readout
     )

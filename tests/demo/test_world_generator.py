@@ -32,23 +32,24 @@ def generator(tmp_path_factory):
     )
 
 
-def test_diffusers_flux_pipeline_draws_what_sample_grids_draws(generator):
+@pytest.mark.parametrize("side", [64, 32], ids=["evaluation size", "half size"])
+def test_diffusers_flux_pipeline_draws_what_sample_grids_draws(generator, side):
     from diffusers import FluxPipeline
 
     pipe = FluxPipeline.from_pretrained(generator)
     records = held_out_prompts(TINY, 2)
-    ours = sample_grids(pipe, records, seed=3, num_steps=4)
+    ours = sample_grids(pipe, records, seed=3, num_steps=4, size=side)
     theirs = pipe(
         [r["prompt"] for r in records],
-        height=64,
-        width=64,
+        height=side,
+        width=side,
         num_inference_steps=4,
         guidance_scale=3.5,
         max_sequence_length=64,
         generator=torch.Generator().manual_seed(3),
         output_type="pil",
     ).images
-    assert [im.size for im in ours] == [(64, 64), (64, 64)]
+    assert [im.size for im in ours] == [(side, side)] * 2
     for a, b in zip(ours, theirs):
         assert np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max() <= 1
 
