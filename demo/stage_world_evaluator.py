@@ -21,7 +21,7 @@ from data_pipeline.export import ExportConfig
 from data_pipeline.pipeline import SyntheticConfig, run_oracle_annotated
 from data_pipeline.storage import save_image_atomic, write_jsonl
 from data_pipeline.synthetic import SimulatedAnnotators
-from demo.context import DemoContext, cache_dir, print_table
+from demo.context import DemoContext, ReportSection, cache_dir
 from demo.stage_data import DATA_CONFIG
 from demo.stage_standin import standin_model
 from demo.stage_train import compare, sft_recipe, train_distributed
@@ -99,10 +99,13 @@ def run(ctx: DemoContext) -> None:
     clip = CLIPImageScorer(build_tiny_clip(ctx.path("models", "tiny-clip"), seed=ctx.seed))
     test = load_pair_dataset_dict(export)["test"]
     rows = [[len(test), r["method"], r["accuracy"], r["roc_auc"]] for r in compare(rm, test, clip)]
-    print_table(
-        f"Evaluator of the generator's grids (PaCo SFT from the stand-in, {elapsed:.0f}s) on "
-        "held-out prompts' pairs, annotator labels",
-        ["pairs", "method", "accuracy", "ROC-AUC"],
-        rows,
+    ctx.table(
+        ReportSection(
+            "PaCo evaluator of the generator's grids",
+            f"PaCo SFT from the stand-in ({elapsed:.0f}s) on {PROMPTS} prompts x "
+            f"{GRIDS_PER_PROMPT} generated grids; held-out prompts' pairs, annotator labels",
+            ["pairs", "method", "accuracy", "ROC-AUC"],
+            rows,
+        )
     )
     ctx.artifacts["world_evaluator"] = output_dir
