@@ -67,6 +67,7 @@ def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, t
             assert mean == pytest.approx(change.mean(), abs=5e-4)
             assert mean - low == pytest.approx(1.96 * stats.sem(change), abs=1e-3)
         assert all(math.isfinite(r[8]) for r in section.rows if r[1] != "both")
+        assert all(0 < float(r[10]) <= float(r[9]) for r in section.rows)
 
     for arm, runs in results.items():
         for seed, run in runs.items():
