@@ -67,17 +67,15 @@ class Arm:
 
 
 PACO = Arm("PaCo evaluator", "paco")
-ARMS = (
-    PACO,
-    Arm("CLIP-I", "clipi", consistency="clip_i"),
-    Arm("PaCo evaluator, half resolution", "paco_half", resolution_fraction=0.5),
-    Arm("PaCo evaluator, weighted sum", "paco_sum", aggregator="weighted_sum"),
-)
+CLIP_I = Arm("CLIP-I", "clipi", consistency="clip_i")
+HALF_RESOLUTION = Arm("PaCo evaluator, half resolution", "paco_half", resolution_fraction=0.5)
+WEIGHTED_SUM = Arm("PaCo evaluator, weighted sum", "paco_sum", aggregator="weighted_sum")
+ARMS = (PACO, CLIP_I, HALF_RESOLUTION, WEIGHTED_SUM)
 # Heading, and the arms it compares (arm 1 first).
 EXPERIMENTS = (
-    ("Experiments 1-2: the consistency reward", (ARMS[0], ARMS[1])),
-    ("Experiment 3: resolution decoupling", (ARMS[0], ARMS[2])),
-    ("Experiment 4: log taming vs a weighted sum", (ARMS[0], ARMS[3])),
+    ("Experiments 1-2: the consistency reward", (PACO, CLIP_I)),
+    ("Experiment 3: resolution decoupling", (PACO, HALF_RESOLUTION)),
+    ("Experiment 4: log taming vs a weighted sum", (PACO, WEIGHTED_SUM)),
 )
 
 
@@ -201,6 +199,11 @@ def experiment_rows(arms, results: dict[Arm, dict[int, dict]]) -> list[list]:
     return rows
 
 
+def sheet_path(ctx: DemoContext, arm: Arm, seed: int) -> Path:
+    """Where a run's held-out grids before (above) and after (below) go."""
+    return ctx.path("world_grpo", f"samples_{arm.slug}_seed{seed}.png")
+
+
 def _run_arm(task: tuple) -> dict:
     """One (arm, seed) run, in a worker process of its own (one torch thread)."""
     arm, evaluator, clip, kwargs = task
@@ -246,10 +249,7 @@ def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
     for (arm, seed), run_ in zip(tasks, runs):
         results[arm][seed] = run_
         before, after = run_["before"]["images"][:12], run_["after"]["images"][:12]
-        save_image_atomic(
-            sample_sheet([before, after]),
-            ctx.path("world_grpo", f"samples_{arm.slug}_seed{seed}.png"),
-        )
+        save_image_atomic(sample_sheet([before, after]), sheet_path(ctx, arm, seed))
     return results
 
 
@@ -288,13 +288,14 @@ def run(ctx: DemoContext) -> None:
         (rewards_plot, "Mean train reward per epoch"),
         (ratio_plot, "Consistency / CLIP-T reward per epoch"),
     ]
-    for heading, arms in EXPERIMENTS:
+    for i, (heading, arms) in enumerate(EXPERIMENTS):
+        # Arm 1's sheets and the plots go with the first experiment only.
         sheets = [
             (
-                ctx.path("world_grpo", f"samples_{arm.slug}_seed{seed}.png"),
+                sheet_path(ctx, arm, seed),
                 f"{arm.name}, seed {seed}: held-out grids before (above) and after (below)",
             )
-            for arm in (arms if heading == EXPERIMENTS[0][0] else arms[1:])
+            for arm in (arms if i == 0 else arms[1:])
             for seed in SEEDS
         ]
         ctx.table(
@@ -305,7 +306,7 @@ def run(ctx: DemoContext) -> None:
                 "over the seeds; train s: training wall-clock)",
                 HEADER,
                 experiment_rows(arms, results),
-                (plots if heading == EXPERIMENTS[0][0] else []) + sheets,
+                (plots if i == 0 else []) + sheets,
             )
         )
     print(
