@@ -23,6 +23,7 @@ STAGES = [
     "generator",
     "world_evaluator",
     "world_grpo",
+    "world_edit",
     "report",
 ]
 

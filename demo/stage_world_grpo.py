@@ -39,7 +39,7 @@ from demo.world_generator import (
     held_out_prompts,
     pretrain_world_generator,
 )
-from demo.world_rl import paired_gain, pooled_gain, run_world_grpo
+from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
 from paco_reward.atomic_io import save_figure
 
 SEEDS = (0, 1)
@@ -106,7 +106,7 @@ def generator_seconds(history: list[dict]) -> float:
     return sum(row["time/sampling"] + row["time/training"] for row in history)
 
 
-def _plot(results: dict[Arm, dict[int, dict]], path: Path, series, ylabel: str) -> None:
+def plot_runs(results: dict[Arm, dict[int, dict]], path: Path, series, ylabel: str) -> None:
     """One panel per arm, a line per (name, values) of ``series(run)`` and seed."""
     import matplotlib
 
@@ -128,7 +128,7 @@ def _plot(results: dict[Arm, dict[int, dict]], path: Path, series, ylabel: str) 
     save_figure(fig, path)
 
 
-def _reward_means(history: list[dict]):
+def reward_means(history: list[dict]):
     keys = [k for k in history[0] if k.startswith("reward/") and k.endswith("/mean")]
     for key in keys:
         if key != "reward/aggregated/mean":
@@ -215,9 +215,6 @@ def _run_arm(task: tuple) -> dict:
 def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
     """Every (arm, seed) run (``{arm: {seed: run}}``), ``WORKERS`` at a time, with its
     before/after sheet."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     judged = test_records[0]["height"]
     tasks = {
         (arm, seed): (
@@ -242,9 +239,7 @@ def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
         for arm in ARMS
         for seed in SEEDS
     }
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(WORKERS, mp_context=spawn) as pool:
-        runs = list(pool.map(_run_arm, tasks.values()))
+    runs = run_in_workers(_run_arm, list(tasks.values()), WORKERS)
     results: dict[Arm, dict[int, dict]] = {arm: {} for arm in ARMS}
     for (arm, seed), run_ in zip(tasks, runs):
         results[arm][seed] = run_
@@ -253,15 +248,17 @@ def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
     return results
 
 
-def run(ctx: DemoContext) -> None:
-    # The evaluator of the generator's grids, from this run or an earlier one in this folder.
+def world_models(ctx: DemoContext) -> tuple[GeneratorConfig, Path, Path, Path] | None:
+    """The generator's config and folder, the evaluator of its grids and the world's CLIP,
+    from this run, an earlier run in this folder or the cache; None without an evaluator
+    (stage ``world_evaluator`` trains it), after saying so."""
     evaluator = ctx.artifacts.get("world_evaluator")
     earlier = ctx.output_dir / "models" / "world-evaluator"
     if evaluator is None and (earlier / "config.json").is_file():
         evaluator = earlier
     if evaluator is None:
         print("No evaluator of the generator's grids (run the world_evaluator stage): skipped.")
-        return
+        return None
     config = GeneratorConfig(seed=ctx.seed)
     generator = ctx.artifacts.get("world_generator") or pretrain_world_generator(
         cache_dir() / "generator" / config.key(), config
@@ -270,6 +267,15 @@ def run(ctx: DemoContext) -> None:
     clip = ctx.artifacts.get("world_clip") or pretrain_world_clip(
         cache_dir() / "world_clip" / clip_config.key(), clip_config
     )
+    ctx.artifacts["world_clip"] = clip
+    return config, Path(generator), Path(evaluator), Path(clip)
+
+
+def run(ctx: DemoContext) -> None:
+    models = world_models(ctx)
+    if models is None:
+        return
+    config, generator, evaluator, clip = models
     train_records = generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START)
     test_records = held_out_prompts(config, HELD_OUT)
     print(
@@ -281,9 +287,9 @@ def run(ctx: DemoContext) -> None:
     results = _train_all(ctx, generator, evaluator, clip, train_records, test_records)
 
     rewards_plot = ctx.path("world_grpo", "rewards.png")
-    _plot(results, rewards_plot, _reward_means, "mean train reward")
+    plot_runs(results, rewards_plot, reward_means, "mean train reward")
     ratio_plot = ctx.path("world_grpo", "reward_ratio.png")
-    _plot(results, ratio_plot, lambda h: [("ratio", reward_ratio(h))], "consistency / CLIP-T")
+    plot_runs(results, ratio_plot, lambda h: [("ratio", reward_ratio(h))], "consistency / CLIP-T")
     plots = [
         (rewards_plot, "Mean train reward per epoch"),
         (ratio_plot, "Consistency / CLIP-T reward per epoch"),

@@ -27,7 +27,6 @@ grids (:func:`oracle_table`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -38,7 +37,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
+from paco_reward.cached_folder import (
+    cache_key,
+    is_cached,
+    partial_folder,
+    publish_folder,
+    read_info,
+)
 
 INFO_FILE = "world_generator.json"
 # Bump when the training procedure changes, so that cached generators are retrained.
@@ -332,7 +337,10 @@ def pretrain_world_generator(
 
 def read_generator_info(path: str | Path) -> dict:
     """The training record a pretrained generator folder carries."""
-    return json.loads((Path(path) / INFO_FILE).read_text())
+    info = read_info(path, INFO_FILE)
+    if info is None:
+        raise FileNotFoundError(f"{path} is not a pretrained world generator (no {INFO_FILE}).")
+    return info
 
 
 @torch.no_grad()

@@ -57,7 +57,7 @@ def judge_grids(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
     Returns:
         ``{"grids", "consistency", "alignment"}`` (means), their standard errors
         (``"consistency_se"``, ``"alignment_se"``), ``"unreadable_panels"``,
-        ``"per_grid"`` (the two scores of every grid, in order) and ``"shows_prompt"``
+        ``"per_item"`` (the two scores of every grid, in order) and ``"shows_prompt"``
         (per attribute, the fraction of panels showing the prompt's value).
     """
     from data_pipeline.synthetic import ATTRIBUTES
@@ -90,7 +90,7 @@ def judge_grids(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
         ]
         shows[key] = float(np.mean(hits))
     result["shows_prompt"] = shows
-    result["per_grid"] = [
+    result["per_item"] = [
         {"consistency": j["consistency"], "alignment": j["alignment"]} for j in judged
     ]
     return result

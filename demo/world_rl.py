@@ -38,17 +38,28 @@ def write_prompt_file(records: Sequence[dict], path: str | Path) -> Path:
     return Path(path)
 
 
-def _judge(trainer, records: Sequence[dict], seed: int, resolution: int) -> dict:
-    images = sample_grids(
-        trainer.sampler.pipe,
-        records,
-        seed,
-        num_steps=JUDGE_STEPS,
-        size=resolution,
-        max_sequence_length=trainer.config.max_sequence_length,
-        transformer=trainer.accelerator.unwrap_model(trainer.model),
-    )
-    return {**judge_grids(images, records), "images": images}
+class GridTask:
+    """Text-to-image-set RL on the world generator: what :func:`run_world_grpo` trains on
+    (T2IS prompt records) and how the oracle judges it (:func:`demo.world_judge.judge_grids`
+    of the grids drawn at the test resolution)."""
+
+    recipe = RECIPE
+
+    def write_prompts(self, records: Sequence[dict], folder: Path) -> Path:
+        """The trainer's prompt file of ``records``, written in ``folder``."""
+        return write_prompt_file(records, folder / "train_prompts.jsonl")
+
+    def judge(self, trainer, records: Sequence[dict], seed: int) -> dict:
+        images = sample_grids(
+            trainer.sampler.pipe,
+            records,
+            seed,
+            num_steps=JUDGE_STEPS,
+            size=trainer.config.test.resolution,
+            max_sequence_length=trainer.config.max_sequence_length,
+            transformer=trainer.accelerator.unwrap_model(trainer.model),
+        )
+        return {**judge_grids(images, records), "images": images}
 
 
 def run_world_grpo(
@@ -61,21 +72,25 @@ def run_world_grpo(
     seed: int = 0,
     aggregator: str = "log_tamed",
     overrides: dict[str, Any] | None = None,
+    task: Any = None,
 ) -> dict:
     """Train with ``rewards`` (weighted by ``weights``) on ``train_records`` and judge the
-    generator on ``test_records`` before and after. ``overrides`` update the recipe
-    (``recipes/grpo_world_cpu.yaml``; dotted keys such as ``"train.resolution"``).
+    policy on ``test_records`` before and after. ``task`` says what the records are, which
+    recipe trains on them and how the oracle judges (default :class:`GridTask`; editing:
+    :class:`demo.world_editor.EditTask`); ``overrides`` update its recipe (dotted keys such
+    as ``"train.resolution"``).
 
     Returns:
-        ``{"before", "after"}`` (:func:`demo.world_judge.judge_grids` results, with the
-        ``"images"``), ``"history"`` (the trainer's metrics per epoch) and ``"seconds"``
-        (training wall-clock).
+        ``{"before", "after"}`` (the task's judgements, with the ``"images"``),
+        ``"history"`` (the trainer's metrics per epoch) and ``"seconds"`` (training
+        wall-clock).
     """
     from paco_grpo.grpo_config import GRPOConfig
     from paco_grpo.grpo_trainer import GRPOTrainer
 
+    task = task or GridTask()
     output_dir = Path(output_dir)
-    prompt_file = write_prompt_file(train_records, output_dir / "train_prompts.jsonl")
+    prompt_file = task.write_prompts(train_records, output_dir)
     fields = {
         "model_name_or_path": str(generator),
         "prompt_file": str(prompt_file),
@@ -85,23 +100,22 @@ def run_world_grpo(
         "seed": seed,
         **(overrides or {}),
     }
-    config = GRPOConfig.from_yaml(RECIPE, fields)
+    config = GRPOConfig.from_yaml(task.recipe, fields)
     trainer = GRPOTrainer(config, rewards=rewards)
-    resolution = config.test.resolution
-    before = _judge(trainer, test_records, seed, resolution)
+    before = task.judge(trainer, test_records, seed)
     start = time.perf_counter()
     with quiet_clip_truncation():
         history = trainer.train()
     seconds = time.perf_counter() - start
     if trainer.ema is not None:
         trainer.ema.copy_to(trainer.params)
-    after = _judge(trainer, test_records, seed, resolution)
+    after = task.judge(trainer, test_records, seed)
     return {"before": before, "after": after, "history": history, "seconds": seconds}
 
 
 def per_prompt_change(before: dict, after: dict, key: str) -> np.ndarray:
-    """``after - before`` of ``key`` (``"consistency"`` or ``"alignment"``) per prompt."""
-    pairs = zip(after["per_grid"], before["per_grid"], strict=True)
+    """``after - before`` of ``key`` (e.g. ``"consistency"`` or ``"alignment"``) per prompt."""
+    pairs = zip(after["per_item"], before["per_item"], strict=True)
     return np.array([a[key] - b[key] for a, b in pairs])
 
 
@@ -122,3 +136,14 @@ def pooled_gain(runs: Sequence[dict], key: str) -> dict:
     held-out prompts, so the interval is over prompts, not runs)."""
     changes = [per_prompt_change(r["before"], r["after"], key) for r in runs]
     return mean_interval(np.mean(changes, axis=0))
+
+
+def run_in_workers(function, tasks: Sequence, workers: int) -> list:
+    """``[function(t) for t in tasks]``, ``workers`` at a time in spawned processes (fresh
+    interpreters: no torch state or threads inherited from the parent)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        return list(pool.map(function, tasks))

@@ -12,7 +12,8 @@ a :class:`~paco_reward.errors.LayoutError` naming the line: no reward ever guess
 A parquet file (editing data) has a ``prompt`` column, an ``image`` column (encoded
 bytes, a ``{"bytes", "path"}`` struct as ``datasets`` writes it, or a path) and
 optionally ``id``/``idx``, ``height``, ``width``; the source image lands in
-``metadata["source_image"]`` for editing rewards.
+``metadata["source_image"]`` for editing rewards, and every other non-null column (e.g.
+``panel_prompts``, ``layout``) in ``metadata`` under its own name.
 
     >>> items = load_prompts("recipes/data/t2is_train_metadata.jsonl")   # doctest: +SKIP
     >>> items[0].metadata["layout"]                                      # doctest: +SKIP
@@ -115,6 +116,10 @@ def _text(path: Path, layout: str | None) -> list[PromptItem]:
     ]
 
 
+# Parquet columns a PromptItem reads itself; any other column is metadata.
+PARQUET_FIELDS = ("id", "idx", "prompt", "image", "height", "width")
+
+
 def _parquet(path: Path, layout: str | None) -> list[PromptItem]:
     import pyarrow.parquet as pq
 
@@ -135,13 +140,18 @@ def _parquet(path: Path, layout: str | None) -> list[PromptItem]:
             source = load_image(image, f"{path.name}[{k}].image")
         except InvalidImageError as err:
             raise PromptError(str(err)) from None
+        extra = {
+            key: value
+            for key, value in row.items()
+            if key not in PARQUET_FIELDS and value is not None
+        }
         items.append(
             PromptItem(
                 id=str(row.get("id", row.get("idx", k))),
                 prompt=row["prompt"],
                 height=row.get("height"),
                 width=row.get("width"),
-                metadata={"source_image": source},
+                metadata={**extra, "source_image": source},
             )
         )
     return items

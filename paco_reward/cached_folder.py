@@ -25,10 +25,16 @@ def cache_key(payload: dict) -> str:
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def read_info(output_dir: str | Path, info_file: str) -> dict | None:
+    """The info a finished build wrote into ``output_dir`` (None when there is none)."""
+    info = Path(output_dir) / info_file
+    return json.loads(info.read_text()) if info.is_file() else None
+
+
 def is_cached(output_dir: str | Path, info_file: str, key: str) -> bool:
     """Whether ``output_dir`` holds a finished build of ``key``."""
-    info = Path(output_dir) / info_file
-    return info.is_file() and json.loads(info.read_text()).get("key") == key
+    info = read_info(output_dir, info_file)
+    return info is not None and info.get("key") == key
 
 
 def partial_folder(output_dir: str | Path) -> Path:

@@ -21,7 +21,6 @@ A finished run is cached: :func:`pretrain_describer` returns an existing folder 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -33,7 +32,13 @@ from typing import Any
 
 from PIL import Image
 
-from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
+from paco_reward.cached_folder import (
+    cache_key,
+    is_cached,
+    partial_folder,
+    publish_folder,
+    read_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -367,5 +372,4 @@ def expand_text_layers(model, n: int):
 
 def read_standin_info(path: str | Path) -> dict[str, Any] | None:
     """The ``standin.json`` of a stand-in folder (None when there is none)."""
-    info = Path(path) / INFO_FILE
-    return json.loads(info.read_text()) if info.is_file() else None
+    return read_info(path, INFO_FILE)

@@ -15,15 +15,10 @@ from scipy import stats
 
 import demo.stage_world_grpo as stage
 from demo import stage_report
-from demo.context import DemoContext
-from demo.world_clip import WorldClipConfig, pretrain_world_clip
-from demo.world_generator import GeneratorConfig, pretrain_world_generator
-
-TINY = GeneratorConfig(prompts=12, grids_per_prompt=1, vae_steps=4, steps=4, batch_size=4)
 
 
 @pytest.mark.slow
-def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, tiny_model_dir):
+def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, world_ctx):
     monkeypatch.setattr(stage, "SEEDS", (0, 1))
     monkeypatch.setattr(stage, "EPOCHS", 2)
     monkeypatch.setattr(stage, "TRAIN_PROMPTS", 2)
@@ -33,14 +28,7 @@ def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, t
         "RECIPE_OVERRIDES",
         {"num_generations": 4, "prompts_per_epoch": 2, "train.num_steps": 4, "test.num_steps": 4},
     )
-    ctx = DemoContext(output_dir=tmp_path / "out")
-    ctx.artifacts["world_generator"] = pretrain_world_generator(
-        tmp_path / "gen", TINY, progress=False
-    )
-    ctx.artifacts["world_evaluator"] = tiny_model_dir
-    ctx.artifacts["world_clip"] = pretrain_world_clip(
-        tmp_path / "clip", WorldClipConfig(steps=2, batch_size=4), progress=False
-    )
+    ctx = world_ctx
     stage.run(ctx)
 
     headings = [section.heading for section in ctx.report]
@@ -57,7 +45,7 @@ def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, t
                 [
                     [
                         a["consistency"] - b["consistency"]
-                        for a, b in zip(r["after"]["per_grid"], r["before"]["per_grid"])
+                        for a, b in zip(r["after"]["per_item"], r["before"]["per_item"])
                     ]
                     for r in runs
                 ],

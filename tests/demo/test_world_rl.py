@@ -52,7 +52,7 @@ def test_a_run_judges_the_given_generator_before_and_its_trained_policy_after(tm
     assert len(run["history"]) == 1 and np.isfinite(
         run["history"][0]["reward/panel_colour_agreement/mean"]
     )
-    assert len(run["after"]["per_grid"]) == 3
+    assert len(run["after"]["per_item"]) == 3
     changed = [
         np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max()
         for a, b in zip(run["after"]["images"], base)
@@ -70,8 +70,8 @@ def test_the_paired_gain_is_the_mean_difference_with_its_standard_error():
     before = rng.uniform(0.3, 0.8, 40)
     after = before + rng.normal(0.05, 0.1, 40)
     gain = paired_gain(
-        {"per_grid": [{"consistency": b} for b in before]},
-        {"per_grid": [{"consistency": a} for a in after]},
+        {"per_item": [{"consistency": b} for b in before]},
+        {"per_item": [{"consistency": a} for a in after]},
         "consistency",
     )
     assert gain["mean"] == pytest.approx(np.mean(after - before))
@@ -84,8 +84,8 @@ def test_the_paired_gain_is_the_mean_difference_with_its_standard_error():
 def _runs(changes_per_run, before):
     return [
         {
-            "before": {"per_grid": [{"consistency": b} for b in before]},
-            "after": {"per_grid": [{"consistency": b + c} for b, c in zip(before, changes)]},
+            "before": {"per_item": [{"consistency": b} for b in before]},
+            "after": {"per_item": [{"consistency": b + c} for b, c in zip(before, changes)]},
         }
         for changes in changes_per_run
     ]

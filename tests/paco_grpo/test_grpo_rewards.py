@@ -146,6 +146,22 @@ def test_load_parquet_prompt_image_pairs(tmp_path):
     )
     (item,) = load_prompts(tmp_path / "edit.parquet")
     assert item.prompt == "make it blue" and item.metadata["source_image"].size == (8, 6)
+    # Other columns reach the rewards as metadata (e.g. CLIP-T's text of the edit).
+    pq.write_table(
+        pa.table(
+            {
+                "prompt": ["make it blue"] * 2,
+                "image": [buffer.getvalue()] * 2,
+                "panel_prompts": [["a blue image"], None],
+                "layout": ["1x1", "1x1"],
+            }
+        ),
+        tmp_path / "extra.parquet",
+    )
+    first, second = load_prompts(tmp_path / "extra.parquet")
+    assert first.metadata["panel_prompts"] == ["a blue image"]
+    assert first.metadata["layout"] == second.metadata["layout"] == "1x1"
+    assert "panel_prompts" not in second.metadata and "image" not in first.metadata
     pq.write_table(
         pa.table({"prompt": ["x"], "image": [b"not an image"]}), tmp_path / "bad.parquet"
     )
