@@ -152,6 +152,38 @@ def experiment_rows(results: dict[EditArm, dict[int, dict]]) -> list[list]:
     return rows
 
 
+def reward_rows(world, records: list[dict], judged: dict, evaluator: str, clip: str) -> list:
+    """Each reward (SC, PF, PaCo's sqrt(SC * PF), CLIP-T) of the edits ``judged`` (the
+    editor's before RL), and its Pearson r with what the oracle reads in them: which
+    reward can teach what."""
+    from scipy.stats import pearsonr
+
+    from demo.world_editor import edit_text
+    from paco_grpo.rewards import CLIPTextReward
+    from paco_grpo.rewards.consistency import load_evaluator
+
+    images = judged["images"]
+    sources = [render_edit(world, r)[0] for r in records]
+    requests = [(s, im, r["prompt"]) for s, im, r in zip(sources, images, records)]
+    scorer = load_evaluator(evaluator)
+    sc = np.array(scorer.score_pairs(requests, template="edit_consistency", symmetric=False))
+    pf = np.array(scorer.score_pairs(requests, template="edit_following", symmetric=False))
+    metadata = [{"panel_prompts": [edit_text(r)], "layout": "1x1"} for r in records]
+    clip_t = CLIPTextReward(clip, warn_long_text=False)(
+        images, [r["prompt"] for r in records], metadata
+    )
+    rows = []
+    for name, scores in (
+        ("PaCo SC (edit_consistency template)", sc),
+        ("PaCo PF (edit_following template)", pf),
+        ("PaCo edit reward sqrt(SC * PF)", np.sqrt(sc * pf)),
+        ("CLIP-T against the edit's target text", clip_t),
+    ):
+        oracle = [[item[key] for item in judged["per_item"]] for key in KEYS]
+        rows.append([name, float(scores.mean())] + [float(pearsonr(scores, o)[0]) for o in oracle])
+    return rows
+
+
 def sheet_path(ctx: DemoContext, arm: EditArm, seed: int) -> Path:
     """Where a run's sources, edits before, edits after and ground truths go (rows)."""
     return ctx.path("world_edit", f"samples_{arm.slug}_seed{seed}.png")
@@ -229,6 +261,16 @@ def run(ctx: DemoContext) -> None:
             HEADER,
             reference_rows(world, test_records) + experiment_rows(results),
             images,
+        )
+    )
+    before = results[PACO_EDIT][SEEDS[0]]["before"]
+    ctx.table(
+        ReportSection(
+            "Experiment 5: what the editing rewards see",
+            f"The rewards of the editor's {HELD_OUT} held-out edits before RL (seed "
+            f"{SEEDS[0]}) and their Pearson r with the oracle's readings",
+            ["reward", "mean", "r with changed", "r with kept", "r with success"],
+            reward_rows(world, test_records, before, str(evaluator), str(clip)),
         )
     )
     ctx.artifacts["world_edit"] = results

@@ -1,10 +1,12 @@
-"""PaCo-GRPO on the world's generator, judged by the world's oracle.
+"""PaCo-GRPO on the world's generator (or editor), judged by the world's oracle.
 
 :func:`run_world_grpo` trains a LoRA on the pretrained world generator
 (:mod:`demo.world_generator`) with :class:`paco_grpo.grpo_trainer.GRPOTrainer` and the
 rewards it is given, and has the oracle (:mod:`demo.world_judge`) judge the grids the
 generator draws for held-out prompts before training and after it (EMA weights, ODE
-sampling, the same initial noise). The oracle is never a reward: it only judges.
+sampling, the same initial noise). The oracle is never a reward: it only judges. With
+``task=EditTask(world)`` the same loop trains the world's editor
+(:mod:`demo.world_editor`) on edits and the oracle judges its edits.
 
     >>> run = run_world_grpo(generator, {"consistency": ConsistencyReward(evaluator)},
     ...                      {"consistency": 1.0}, train_records, test_records, out)  # doctest: +SKIP

@@ -30,7 +30,7 @@ def test_the_editing_experiment_gets_its_table_from_real_runs(tmp_path, monkeypa
     ctx = world_ctx
     stage.run(ctx)
 
-    (section,) = ctx.report
+    section, rewards = ctx.report
     assert section.heading == "Experiment 5: editing"
     names = [row[0] for row in section.rows]
     assert names[:2] == ["ground truth (the world's renders)", "the source, unchanged"]
@@ -68,6 +68,21 @@ def test_the_editing_experiment_gets_its_table_from_real_runs(tmp_path, monkeypa
             for row in run["history"]:
                 assert all(np.isfinite(row[f"reward/{name}/mean"]) for name in config["rewards"])
             assert {im.size for im in run["after"]["images"]} == {(32, 32)}
+
+    # The reward table scores the PaCo arm's first "before" edits: its PaCo row is the mean
+    # the editing reward itself gives them.
+    from paco_grpo.rewards import EditConsistencyReward
+
+    before = results[stage.PACO_EDIT][0]["before"]
+    world = stage.editor_world(ctx.artifacts["world_generator"])
+    records = stage.make_edits(world, 6, start=stage.HELD_OUT_START)
+    sources = [stage.render_edit(world, r)[0] for r in records]
+    expected = EditConsistencyReward(ctx.artifacts["world_evaluator"])(
+        before["images"], [r["prompt"] for r in records], [{"source_image": s} for s in sources]
+    )
+    (paco_row,) = [row for row in rewards.rows if row[0].startswith("PaCo edit reward")]
+    assert paco_row[1] == pytest.approx(expected.mean(), abs=1e-6)
+    assert [len(row) for row in rewards.rows] == [5] * 4
 
     stage_report.run(ctx)
     report = (tmp_path / "out" / "report.md").read_text()
