@@ -41,6 +41,7 @@ from PIL import Image
 from demo.world_generator import (
     GeneratorConfig,
     encode_latents,
+    flow_matching_update,
     generator_world,
     quiet_clip_truncation,
     read_generator_info,
@@ -225,15 +226,9 @@ def train_edits(
         )
         noisy = (1 - sigma[:, None, None]) * x0 + sigma[:, None, None] * noise
         velocity = sampler.velocity(transformer, noisy, sigma * 1000, cond, GUIDANCE)
-        loss = ((velocity - (noise - x0)) ** 2).mean()
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
-        optimizer.step()
+        loss = flow_matching_update(optimizer, velocity, noise, x0, _lr(step, config))
         if step % 25 == 0:
-            losses.append(loss.item())
+            losses.append(loss)
     transformer.eval()
     return losses
 

@@ -223,6 +223,21 @@ def encode_latents(pipe, images: torch.Tensor, normalise: bool = False) -> torch
     return pipe._pack_latents(latents, batch, channels, height, width)
 
 
+def flow_matching_update(optimizer, velocity, noise, x0, lr: float) -> float:
+    """One rectified-flow-matching step: the squared error of ``velocity`` against the target
+    ``noise - x0``, back-propagated and applied at ``lr`` with the gradient norm clipped to 1.
+    Returns the loss."""
+    loss = ((velocity - (noise - x0)) ** 2).mean()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    return loss.item()
+
+
 def train_flow(
     pipe,
     latents: dict[int, torch.Tensor],
@@ -263,15 +278,9 @@ def train_flow(
             img_ids=img_ids[size],
             return_dict=False,
         )[0]
-        loss = ((velocity - (noise - x0)) ** 2).mean()
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
-        optimizer.step()
+        loss = flow_matching_update(optimizer, velocity, noise, x0, _lr(step, config))
         if step % 25 == 0:
-            losses.append(loss.item())
+            losses.append(loss)
     transformer.eval()
     return losses
 
