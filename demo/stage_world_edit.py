@@ -33,6 +33,7 @@ from demo.context import DemoContext, ReportSection, cache_dir
 from demo.stage_generator import sample_sheet
 from demo.stage_world_grpo import gain_cell, plot_runs, reward_means, world_models
 from demo.world_editor import (
+    EDIT_SCORES,
     HELD_OUT_START,
     INFO_FILE,
     EditorConfig,
@@ -57,7 +58,6 @@ WORKERS = 2
 RECIPE_OVERRIDES: dict = {}
 # The editor's pretraining (tests shrink it).
 EDITOR_CONFIG: dict = {}
-KEYS = ("changed", "kept", "success")
 
 
 @dataclass(frozen=True)
@@ -106,31 +106,19 @@ def _run_arm(task: tuple) -> dict:
     return run_world_grpo(rewards=rewards, weights=dict.fromkeys(rewards, 1.0), **kwargs)
 
 
-def reference_rows(world, records: list[dict]) -> list[list]:
-    """The oracle on the ground-truth edits and on the unchanged sources."""
-    pairs = [render_edit(world, r) for r in records]
+def reference_rows(records: list[dict], pairs: list[tuple]) -> list[list]:
+    """The oracle on the ground-truth edits and on the unchanged sources (``pairs``: each
+    record's rendered source and ground truth)."""
     rows = []
     for name, images in (
         ("ground truth (the world's renders)", [t for _, t in pairs]),
         ("the source, unchanged", [s for s, _ in pairs]),
     ):
         judged = judge_edits(images, records)
-        rows.append(
-            [
-                name,
-                "",
-                "",
-                judged["changed"],
-                "",
-                "",
-                judged["kept"],
-                "",
-                "",
-                judged["success"],
-                "",
-                "",
-            ]
-        )
+        cells = []
+        for key in EDIT_SCORES:
+            cells += ["", judged[key], ""]
+        rows.append([name, "", *cells, ""])
     return rows
 
 
@@ -141,21 +129,23 @@ def experiment_rows(results: dict[EditArm, dict[int, dict]]) -> list[list]:
         for seed, r in runs.items():
             before, after = r["before"], r["after"]
             cells = []
-            for key in KEYS:
+            for key in EDIT_SCORES:
                 cells += [before[key], after[key], gain_cell(paired_gain(before, after, key))]
             rows.append([arm.name, seed, *cells, f"{r['seconds']:.0f}"])
         cells = []
-        for key in KEYS:
+        for key in EDIT_SCORES:
             cells += ["", "", gain_cell(pooled_gain(list(runs.values()), key))]
         seconds = np.mean([r["seconds"] for r in runs.values()])
         rows.append([arm.name, "both", *cells, f"{seconds:.0f}"])
     return rows
 
 
-def reward_rows(world, records: list[dict], judged: dict, evaluator: str, clip: str) -> list:
+def reward_rows(
+    records: list[dict], sources: list, judged: dict, evaluator: str, clip: str
+) -> list:
     """Each reward (SC, PF, PaCo's sqrt(SC * PF), CLIP-T) of the edits ``judged`` (the
-    editor's before RL), and its Pearson r with what the oracle reads in them: which
-    reward can teach what."""
+    editor's before RL, of ``sources``), and its Pearson r with what the oracle reads in
+    them: which reward can teach what."""
     from scipy.stats import pearsonr
 
     from demo.world_editor import edit_text
@@ -163,7 +153,6 @@ def reward_rows(world, records: list[dict], judged: dict, evaluator: str, clip: 
     from paco_grpo.rewards.consistency import load_evaluator
 
     images = judged["images"]
-    sources = [render_edit(world, r)[0] for r in records]
     requests = [(s, im, r["prompt"]) for s, im, r in zip(sources, images, records)]
     scorer = load_evaluator(evaluator)
     sc = np.array(scorer.score_pairs(requests, template="edit_consistency", symmetric=False))
@@ -172,6 +161,7 @@ def reward_rows(world, records: list[dict], judged: dict, evaluator: str, clip: 
     clip_t = CLIPTextReward(clip, warn_long_text=False)(
         images, [r["prompt"] for r in records], metadata
     )
+    oracle = [[item[key] for item in judged["per_item"]] for key in EDIT_SCORES]
     rows = []
     for name, scores in (
         ("PaCo SC (edit_consistency template)", sc),
@@ -179,7 +169,6 @@ def reward_rows(world, records: list[dict], judged: dict, evaluator: str, clip: 
         ("PaCo edit reward sqrt(SC * PF)", np.sqrt(sc * pf)),
         ("CLIP-T against the edit's target text", clip_t),
     ):
-        oracle = [[item[key] for item in judged["per_item"]] for key in KEYS]
         rows.append([name, float(scores.mean())] + [float(pearsonr(scores, o)[0]) for o in oracle])
     return rows
 
@@ -230,14 +219,14 @@ def run(ctx: DemoContext) -> None:
     }
     runs = run_in_workers(_run_arm, list(tasks.values()), WORKERS)
     results: dict[EditArm, dict[int, dict]] = {arm: {} for arm in ARMS}
-    pairs = [render_edit(world, r) for r in test_records[:12]]
+    pairs = [render_edit(world, r) for r in test_records]
     for (arm, seed), run_ in zip(tasks, runs):
         results[arm][seed] = run_
         rows = [
-            [s for s, _ in pairs],
+            [s for s, _ in pairs[:12]],
             run_["before"]["images"][:12],
             run_["after"]["images"][:12],
-            [t for _, t in pairs],
+            [t for _, t in pairs[:12]],
         ]
         save_image_atomic(sample_sheet(rows, scale=3), sheet_path(ctx, arm, seed))
 
@@ -259,7 +248,7 @@ def run(ctx: DemoContext) -> None:
             "of the other attributes and pips unchanged; success: both; gain: mean per-edit "
             "change; 'both': averaged over the seeds)",
             HEADER,
-            reference_rows(world, test_records) + experiment_rows(results),
+            reference_rows(test_records, pairs) + experiment_rows(results),
             images,
         )
     )
@@ -270,7 +259,7 @@ def run(ctx: DemoContext) -> None:
             f"The rewards of the editor's {HELD_OUT} held-out edits before RL (seed "
             f"{SEEDS[0]}) and their Pearson r with the oracle's readings",
             ["reward", "mean", "r with changed", "r with kept", "r with success"],
-            reward_rows(world, test_records, before, str(evaluator), str(clip)),
+            reward_rows(test_records, [s for s, _ in pairs], before, str(evaluator), str(clip)),
         )
     )
     ctx.artifacts["world_edit"] = results

@@ -47,6 +47,7 @@ from demo.world_generator import (
     read_generator_info,
     to_images,
     to_tensor,
+    warmup_lr,
 )
 from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
 
@@ -60,6 +61,8 @@ INSTRUCTIONS = {
     "marking": "Give the character {} markings.",
     "palette": "Make the background {}-toned.",
 }
+# What the oracle reads in an edit (see judge_edit).
+EDIT_SCORES = ("changed", "kept", "success")
 # Embedded guidance of training and sampling (the generator's).
 GUIDANCE = 3.5
 # The editing RL recipe; a run sets model, prompts, output, rewards and seed on top.
@@ -178,10 +181,6 @@ def build_world_kontext(generator: str | Path):
     return FluxKontextPipeline(**{**components, "image_encoder": None, "feature_extractor": None})
 
 
-def _lr(step: int, config: EditorConfig) -> float:
-    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
-
-
 def train_edits(
     sampler,
     sources: torch.Tensor,
@@ -205,10 +204,7 @@ def train_edits(
         texts = sampler.flux.encode_prompts(list(dict.fromkeys(prompts)))
     text_row = {p: k for k, p in enumerate(dict.fromkeys(prompts))}
     rows_of = torch.tensor([text_row[p] for p in prompts])
-    dtype = target_latents.dtype
-    source_ids = sampler.flux.latent_ids(side, side, "cpu", dtype)
-    source_ids[..., 0] = 1
-    ids = torch.cat([sampler.flux.latent_ids(side, side, "cpu", dtype), source_ids])
+    ids = sampler.position_ids(side, side, side, side, "cpu", target_latents.dtype)
 
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=config.learning_rate)
@@ -226,7 +222,13 @@ def train_edits(
         )
         noisy = (1 - sigma[:, None, None]) * x0 + sigma[:, None, None] * noise
         velocity = sampler.velocity(transformer, noisy, sigma * 1000, cond, GUIDANCE)
-        loss = flow_matching_update(optimizer, velocity, noise, x0, _lr(step, config))
+        loss = flow_matching_update(
+            optimizer,
+            velocity,
+            noise,
+            x0,
+            warmup_lr(step, config.learning_rate, config.warmup_steps),
+        )
         if step % 25 == 0:
             losses.append(loss)
     transformer.eval()
@@ -353,7 +355,7 @@ def judge_edits(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
             f"{len(records)} records."
         )
     judged = [judge_edit(im, r) for im, r in zip(images, records)]
-    keys = ("changed", "kept", "success")
+    keys = EDIT_SCORES
     result: dict = {"edits": len(judged)}
     result.update({k: float(np.mean([j[k] for j in judged])) for k in keys})
     result["unreadable"] = sum(j["unreadable"] for j in judged)

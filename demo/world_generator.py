@@ -176,8 +176,9 @@ def quiet_clip_truncation():
         diffusers.logging.set_verbosity(levels[1])
 
 
-def _lr(step: int, config: GeneratorConfig) -> float:
-    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
+def warmup_lr(step: int, learning_rate: float, warmup_steps: int) -> float:
+    """``learning_rate`` after a linear warm-up over the first ``warmup_steps`` steps."""
+    return learning_rate * min(1.0, (step + 1) / warmup_steps)
 
 
 def train_vae(
@@ -278,7 +279,13 @@ def train_flow(
             img_ids=img_ids[size],
             return_dict=False,
         )[0]
-        loss = flow_matching_update(optimizer, velocity, noise, x0, _lr(step, config))
+        loss = flow_matching_update(
+            optimizer,
+            velocity,
+            noise,
+            x0,
+            warmup_lr(step, config.learning_rate, config.warmup_steps),
+        )
         if step % 25 == 0:
             losses.append(loss)
     transformer.eval()

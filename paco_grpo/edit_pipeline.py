@@ -367,16 +367,26 @@ class KontextGRPOSampler(EditGRPOSampler):
         text = self.flux.encode_prompts(prompts, device)
         image_latents = self.encode_references(references, device, text.prompt_embeds.dtype)
         ref_h, ref_w = references[0].height, references[0].width
-        m = self.size_multiple
         dtype = text.prompt_embeds.dtype
-        image_ids = self.pipe._prepare_latent_image_ids(1, ref_h // m, ref_w // m, device, dtype)
-        image_ids[..., 0] = 1
-        latent_ids = self.flux.latent_ids(height, width, device, dtype)
         return EditConditioning(
             prompt_embeds=text.prompt_embeds,
             image_latents=image_latents.to(dtype),
-            extras={"text": text, "ids": torch.cat([latent_ids, image_ids], dim=0)},
+            extras={
+                "text": text,
+                "ids": self.position_ids(height, width, ref_h, ref_w, device, dtype),
+            },
         )
+
+    def position_ids(self, height, width, ref_height, ref_width, device, dtype) -> torch.Tensor:
+        """Position ids of the target's tokens followed by the reference's, whose first axis
+        is 1 (as ``FluxKontextPipeline`` marks them)."""
+        m = self.size_multiple
+        image_ids = self.pipe._prepare_latent_image_ids(
+            1, ref_height // m, ref_width // m, device, dtype
+        )
+        image_ids[..., 0] = 1
+        latent_ids = self.flux.latent_ids(height, width, device, dtype)
+        return torch.cat([latent_ids, image_ids], dim=0)
 
     def prepare_noise(self, batch, height, width, dtype, device, generator, latents):
         channels = self.pipe.transformer.config.in_channels // 4

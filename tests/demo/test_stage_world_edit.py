@@ -42,7 +42,7 @@ def test_the_editing_experiment_gets_its_table_from_real_runs(tmp_path, monkeypa
     ]
     for arm, runs in results.items():
         (both,) = [r for r in section.rows if r[:2] == [arm.name, "both"]]
-        for column, key in zip((4, 7, 10), stage.KEYS):
+        for column, key in zip((4, 7, 10), stage.EDIT_SCORES):
             change = np.mean(
                 [
                     [
