@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.context import DemoContext, make_reproducible
+from demo.pretrained import start_background, stop_background
 from paco_reward.command_line import Command, config_field, run_cli
 
 STAGES = [
@@ -51,13 +52,18 @@ def run(args: DemoArguments) -> int:
     output_dir = Path(args.output_dir)
     ctx = DemoContext(output_dir=output_dir, seed=args.seed)
     output_dir.mkdir(parents=True, exist_ok=True)
-    for name in args.stages:
-        start = time.perf_counter()
-        print(f"\n##### stage: {name}")
-        importlib.import_module(f"demo.stage_{name}").run(ctx)
-        seconds = time.perf_counter() - start
-        ctx.artifacts.setdefault("stage_seconds", {})[name] = seconds
-        print(f"##### stage {name} done in {seconds:.1f}s")
+    # The cached models the stages will ask for are pretrained meanwhile (demo.pretrained).
+    workers = start_background(args.stages, args.seed, output_dir / "pretraining")
+    try:
+        for name in args.stages:
+            start = time.perf_counter()
+            print(f"\n##### stage: {name}")
+            importlib.import_module(f"demo.stage_{name}").run(ctx)
+            seconds = time.perf_counter() - start
+            ctx.artifacts.setdefault("stage_seconds", {})[name] = seconds
+            print(f"##### stage {name} done in {seconds:.1f}s")
+    finally:
+        stop_background(workers)
     print(f"\nDemo finished; artifacts in {output_dir}/")
     if "annotate_command" in ctx.artifacts:
         print(f"Rank the demo's instances in your browser: {ctx.artifacts['annotate_command']}")

@@ -16,12 +16,12 @@ import time
 from PIL import Image
 
 from data_pipeline.storage import save_image_atomic
+from demo import pretrained
 from demo.context import DemoContext, ReportSection, cache_dir
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
     held_out_prompts,
-    pretrain_world_generator,
     read_generator_info,
     sample_grids,
 )
@@ -47,13 +47,13 @@ def run(ctx: DemoContext) -> None:
     from diffusers import FluxPipeline
 
     config = GeneratorConfig(seed=ctx.seed)
-    path = cache_dir() / "generator" / config.key()
     print(
         "GENERATOR PRETRAINING (not PaCo): a tiny FLUX learns to draw the world's 2x2 grids "
-        f"({config.vae_steps} VAE steps, {config.steps} flow-matching steps; cached in {path})."
+        f"({config.vae_steps} VAE steps, {config.steps} flow-matching steps; cached in "
+        f"{cache_dir()})."
     )
     start = time.perf_counter()
-    pretrain_world_generator(path, config)
+    path = pretrained.generator(ctx.seed)
     info = read_generator_info(path)
     pipe = FluxPipeline.from_pretrained(path)
     records = held_out_prompts(config, HELD_OUT)

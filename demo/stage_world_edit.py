@@ -29,19 +29,18 @@ import numpy as np
 import torch
 
 from data_pipeline.storage import save_image_atomic
-from demo.context import DemoContext, ReportSection, cache_dir
+from demo import pretrained
+from demo.context import DemoContext, ReportSection
 from demo.stage_generator import sample_sheet
 from demo.stage_world_grpo import gain_cell, plot_runs, reward_means, world_models
 from demo.world_editor import (
     EDIT_SCORES,
     HELD_OUT_START,
     INFO_FILE,
-    EditorConfig,
     EditTask,
     editor_world,
     judge_edits,
     make_edits,
-    pretrain_world_editor,
     render_edit,
 )
 from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
@@ -56,8 +55,6 @@ TRAIN_START = 200_000
 WORKERS = 2
 # Recipe fields every run sets on top of recipes/grpo_world_edit_cpu.yaml (tests shrink runs).
 RECIPE_OVERRIDES: dict = {}
-# The editor's pretraining (tests shrink it).
-EDITOR_CONFIG: dict = {}
 
 
 @dataclass(frozen=True)
@@ -183,17 +180,15 @@ def run(ctx: DemoContext) -> None:
     if models is None:
         return
     _, generator, evaluator, clip = models
-    editor_config = EditorConfig(seed=ctx.seed, **EDITOR_CONFIG)
-    editor = pretrain_world_editor(
-        cache_dir() / "editor" / editor_config.key(generator), generator, editor_config
-    )
+    editor = pretrained.editor(ctx.seed, generator)
     world = editor_world(generator)
     train_records = make_edits(world, TRAIN_EDITS, start=TRAIN_START)
     test_records = make_edits(world, HELD_OUT, start=HELD_OUT_START)
     info = read_info(editor, INFO_FILE)
+    editor_config = info["config"]
     print(
         f"EDITING IN MINIATURE: the world's tiny Kontext (pretrained from the generator on "
-        f"{editor_config.edits} edits, {editor_config.steps} steps, {info['seconds']:.0f} s), "
+        f"{editor_config['edits']} edits, {editor_config['steps']} steps, {info['seconds']:.0f} s), "
         f"PaCo-GRPO for {EPOCHS} epochs on {TRAIN_EDITS} train edits, seeds {list(SEEDS)}, "
         f"in {len(ARMS)} arms: {'; '.join(arm.name for arm in ARMS)}. The oracle judges "
         f"{HELD_OUT} held-out edits before and after."

@@ -18,17 +18,15 @@ from __future__ import annotations
 import time
 
 from data_pipeline.export import ExportConfig
-from data_pipeline.pipeline import SyntheticConfig, run_oracle_annotated
+from data_pipeline.pipeline import run_oracle_annotated
 from data_pipeline.storage import save_image_atomic, write_jsonl
 from data_pipeline.synthetic import SimulatedAnnotators
-from demo.context import DemoContext, ReportSection, cache_dir
-from demo.stage_data import DATA_CONFIG
-from demo.stage_standin import standin_model
+from demo import pretrained
+from demo.context import DemoContext, ReportSection
 from demo.stage_train import compare, sft_recipe, train_distributed
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
-    pretrain_world_generator,
     sample_grids,
 )
 
@@ -60,9 +58,7 @@ def run(ctx: DemoContext) -> None:
     from paco_reward.training.loading import load_pair_dataset_dict
 
     config = GeneratorConfig(seed=ctx.seed)
-    generator = ctx.artifacts.get("world_generator") or pretrain_world_generator(
-        cache_dir() / "generator" / config.key(), config
-    )
+    generator = ctx.artifacts.get("world_generator") or pretrained.generator(ctx.seed)
     work = ctx.path("world_data", "work")
     records = generator_world(config).make_prompts(PROMPTS, start=DATA_START)
     prompts_path = work / "inputs" / "prompts.jsonl"
@@ -87,9 +83,7 @@ def run(ctx: DemoContext) -> None:
         f"{stats['pairs']['inconsistent']} inconsistent pairs."
     )
 
-    base = ctx.artifacts.get("base_model") or standin_model(
-        ctx.seed, SyntheticConfig(**DATA_CONFIG, seed=ctx.seed).world()
-    )
+    base = ctx.artifacts.get("base_model") or pretrained.standin(ctx.seed)
     output_dir = ctx.path("models", "world-evaluator")
     recipe = sft_recipe(output_dir, base, export, ctx.seed)
     start = time.perf_counter()

@@ -30,14 +30,13 @@ import numpy as np
 import torch
 
 from data_pipeline.storage import save_image_atomic
-from demo.context import DemoContext, ReportSection, cache_dir
+from demo import pretrained
+from demo.context import DemoContext, ReportSection
 from demo.stage_generator import sample_sheet
-from demo.world_clip import WorldClipConfig, pretrain_world_clip
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
     held_out_prompts,
-    pretrain_world_generator,
 )
 from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
 from paco_reward.atomic_io import save_figure
@@ -260,13 +259,8 @@ def world_models(ctx: DemoContext) -> tuple[GeneratorConfig, Path, Path, Path] |
         print("No evaluator of the generator's grids (run the world_evaluator stage): skipped.")
         return None
     config = GeneratorConfig(seed=ctx.seed)
-    generator = ctx.artifacts.get("world_generator") or pretrain_world_generator(
-        cache_dir() / "generator" / config.key(), config
-    )
-    clip_config = WorldClipConfig(seed=ctx.seed)
-    clip = ctx.artifacts.get("world_clip") or pretrain_world_clip(
-        cache_dir() / "world_clip" / clip_config.key(), clip_config
-    )
+    generator = ctx.artifacts.get("world_generator") or pretrained.generator(ctx.seed)
+    clip = ctx.artifacts.get("world_clip") or pretrained.world_clip(ctx.seed)
     ctx.artifacts["world_clip"] = clip
     return config, Path(generator), Path(evaluator), Path(clip)
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
+from paco_reward.cached_folder import build_once, cache_key
 
 INFO_FILE = "world_clip.json"
 PROCEDURE_VERSION = 1
@@ -67,6 +67,14 @@ def pretrain_world_clip(
 ) -> Path:
     """Train (or reuse) the world's CLIP; returns ``output_dir``, a ``CLIPModel`` /
     ``CLIPProcessor`` folder (reused as is when it holds a finished run of ``config``)."""
+    config = config or WorldClipConfig()
+    return build_once(
+        output_dir, INFO_FILE, config.key(), lambda work: _train_clip(work, config, progress)
+    )
+
+
+def _train_clip(work: Path, config: WorldClipConfig, progress: bool) -> dict:
+    """Train the world's CLIP into ``work``; returns its info (see :func:`pretrain_world_clip`)."""
     import torch
     from tqdm.auto import tqdm
     from transformers import CLIPModel, CLIPProcessor
@@ -74,14 +82,9 @@ def pretrain_world_clip(
     from demo.world_generator import GeneratorConfig, generator_world
     from paco_reward.testing.clip import build_tiny_clip
 
-    config = config or WorldClipConfig()
-    output_dir = Path(output_dir)
-    if is_cached(output_dir, INFO_FILE, config.key()):
-        return output_dir
     world = generator_world(GeneratorConfig(panel_size=config.panel_size, seed=config.seed))
     corpus_rng = random.Random(f"clip-corpus-{config.seed}")
     corpus = [world_example(world, corpus_rng)[1] for _ in range(200)]
-    work = partial_folder(output_dir)
     build_tiny_clip(work, seed=config.seed, image_size=config.panel_size, corpus=corpus)
     model = CLIPModel.from_pretrained(work)
     processor = CLIPProcessor.from_pretrained(work)
@@ -101,10 +104,8 @@ def pretrain_world_clip(
             losses.append(loss.item())
     model.eval()
     model.save_pretrained(work)
-    info = {
-        "key": config.key(),
+    return {
         "config": asdict(config),
         "train_seconds": time.perf_counter() - start,
         "loss_every_25_steps": losses,
     }
-    return publish_folder(work, output_dir, INFO_FILE, info)

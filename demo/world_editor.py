@@ -49,7 +49,7 @@ from demo.world_generator import (
     to_tensor,
     warmup_lr,
 )
-from paco_reward.cached_folder import cache_key, is_cached, partial_folder, publish_folder
+from paco_reward.cached_folder import build_once, cache_key
 
 INFO_FILE = "world_editor.json"
 PROCEDURE_VERSION = 1
@@ -255,13 +255,19 @@ def pretrain_world_editor(
     Returns:
         ``output_dir``, a ``FluxKontextPipeline`` folder.
     """
+    config = config or EditorConfig()
+    return build_once(
+        output_dir,
+        INFO_FILE,
+        config.key(generator),
+        lambda work: _train_editor(work, generator, config, progress),
+    )
+
+
+def _train_editor(work: Path, generator: str | Path, config: EditorConfig, progress: bool) -> dict:
+    """Train the editor into ``work``; returns its info (see :func:`pretrain_world_editor`)."""
     from paco_grpo.edit_pipeline import KontextGRPOSampler
 
-    config = config or EditorConfig()
-    output_dir = Path(output_dir)
-    key = config.key(generator)
-    if is_cached(output_dir, INFO_FILE, key):
-        return output_dir
     torch.manual_seed(config.seed)
     world = editor_world(generator)
     records = make_edits(world, config.edits)
@@ -276,16 +282,13 @@ def pretrain_world_editor(
     )
     seconds = time.perf_counter() - start
 
-    work = partial_folder(output_dir)
     pipe.save_pretrained(work)
-    info = {
-        "key": key,
+    return {
         "config": asdict(config),
         "generator": str(generator),
         "seconds": seconds,
         "loss_every_25_steps": losses,
     }
-    return publish_folder(work, output_dir, INFO_FILE, info)
 
 
 @torch.no_grad()

@@ -37,13 +37,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.cached_folder import (
-    cache_key,
-    is_cached,
-    partial_folder,
-    publish_folder,
-    read_info,
-)
+from paco_reward.cached_folder import build_once, cache_key, read_info
 
 INFO_FILE = "world_generator.json"
 # Bump when the training procedure changes, so that cached generators are retrained.
@@ -307,12 +301,17 @@ def pretrain_world_generator(
     Returns:
         ``output_dir``, a ``FluxPipeline`` folder.
     """
+    config = config or GeneratorConfig()
+    return build_once(
+        output_dir, INFO_FILE, config.key(), lambda work: _train_generator(work, config, progress)
+    )
+
+
+def _train_generator(work: Path, config: GeneratorConfig, progress: bool) -> dict:
+    """Train the generator into ``work``; returns its info (see
+    :func:`pretrain_world_generator`)."""
     from paco_grpo.pipeline import FlowGRPOSampler
 
-    config = config or GeneratorConfig()
-    output_dir = Path(output_dir)
-    if is_cached(output_dir, INFO_FILE, config.key()):
-        return output_dir
     torch.manual_seed(config.seed)
     world = generator_world(config)
     records = world.make_prompts(config.prompts)
@@ -338,17 +337,14 @@ def pretrain_world_generator(
     flow_losses = train_flow(pipe, latents, cond, prompt_of, config, progress)
     flow_seconds = time.perf_counter() - start
 
-    work = partial_folder(output_dir)
     pipe.save_pretrained(work)
-    info = {
-        "key": config.key(),
+    return {
         "config": asdict(config),
         "vae_seconds": vae_seconds,
         "flow_seconds": flow_seconds,
         "vae_loss_every_25_steps": vae_losses,
         "flow_loss_every_25_steps": flow_losses,
     }
-    return publish_folder(work, output_dir, INFO_FILE, info)
 
 
 def read_generator_info(path: str | Path) -> dict:

@@ -1,23 +1,30 @@
 """Folders a slow, deterministic job builds once and reuses (pretrained stand-ins, the demo's
 world generator and CLIP): keyed by a hash of everything that shapes them, built in
 ``<folder>.partial`` and renamed into place only when finished, so an interrupted job leaves
-nothing that looks done.
+nothing that looks done. One process at a time builds a folder (:func:`build_lock`): another
+that asks for it meanwhile waits, then reuses the result. :func:`build_once` does all of it.
 
+    >>> def train_into(work: Path) -> dict:                               # doctest: +SKIP
+    ...     ...  # write the model into ``work``
+    ...     return {"seconds": 12.0}
     >>> key = cache_key({"config": {"steps": 10}, "version": 1})
-    >>> if not is_cached(out, "info.json", key):                         # doctest: +SKIP
-    ...     work = partial_folder(out)
-    ...     train_into(work)
-    ...     publish_folder(work, out, "info.json", {"key": key, "seconds": 12.0})
+    >>> build_once(out, "info.json", key, train_into)                     # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from paco_reward.atomic_io import atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 
 def cache_key(payload: dict) -> str:
@@ -56,3 +63,40 @@ def publish_folder(work: Path, output_dir: str | Path, info_file: str, info: dic
     shutil.rmtree(output_dir, ignore_errors=True)
     work.rename(output_dir)
     return output_dir
+
+
+@contextmanager
+def build_lock(output_dir: str | Path) -> Iterator[None]:
+    """Hold the exclusive lock of building ``output_dir`` (``<output_dir>.lock``).
+
+    A second process that enters it for the same folder waits until the first leaves, and
+    then finds the folder built. The operating system releases the lock of a process that
+    dies, so a killed build never blocks the next one (which starts over).
+    """
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(output_dir.with_name(output_dir.name + ".lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("%s is being built by another process; waiting for it.", output_dir)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_once(
+    output_dir: str | Path, info_file: str, key: str, build: Callable[[Path], dict]
+) -> Path:
+    """``output_dir`` holding a finished build of ``key``: reused when there is one, else
+    ``build(work)`` writes it into an empty ``<output_dir>.partial`` and returns its info,
+    which is published with the key. One process at a time (:func:`build_lock`)."""
+    output_dir = Path(output_dir)
+    with build_lock(output_dir):
+        if is_cached(output_dir, info_file, key):
+            logger.info("Reusing %s (key %s).", output_dir, key)
+            return output_dir
+        work = partial_folder(output_dir)
+        return publish_folder(work, output_dir, info_file, {"key": key, **build(work)})

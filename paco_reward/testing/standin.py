@@ -32,13 +32,7 @@ from typing import Any
 
 from PIL import Image
 
-from paco_reward.cached_folder import (
-    cache_key,
-    is_cached,
-    partial_folder,
-    publish_folder,
-    read_info,
-)
+from paco_reward.cached_folder import build_once, cache_key, read_info
 
 logger = logging.getLogger(__name__)
 
@@ -257,24 +251,37 @@ def pretrain_describer(
         ``output_dir``: a Hugging Face folder (weights, processor) that
         ``PacoReward.from_pretrained`` and the SFT trainer load.
     """
+    from paco_reward.testing.qwen import TINY_VISION_TOWERS
+
+    config = config or StandInConfig()
+    if config.tiny_vision not in TINY_VISION_TOWERS:
+        raise ValueError(
+            f"tiny_vision {config.tiny_vision!r} is not one of {sorted(TINY_VISION_TOWERS)}."
+        )
+    key = config.key(data_id + (f"|base={base_model}" if base_model else ""))
+    return build_once(
+        output_dir,
+        INFO_FILE,
+        key,
+        lambda work: _train_describer(work, make_example, config, data_id, progress, base_model),
+    )
+
+
+def _train_describer(
+    work: Path,
+    make_example: ExampleFn,
+    config: StandInConfig,
+    data_id: str,
+    progress: bool,
+    base_model: str | Path | None,
+) -> dict:
+    """Train the stand-in into ``work``; returns its info (see :func:`pretrain_describer`)."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
     from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
 
-    config = config or StandInConfig()
-    output_dir = Path(output_dir)
-    key = config.key(data_id + (f"|base={base_model}" if base_model else ""))
-    if is_cached(output_dir, INFO_FILE, key):
-        logger.info("Stand-in pretraining: reusing %s (key %s).", output_dir, key)
-        return output_dir
-    if config.tiny_vision not in TINY_VISION_TOWERS:
-        raise ValueError(
-            f"tiny_vision {config.tiny_vision!r} is not one of {sorted(TINY_VISION_TOWERS)}."
-        )
-
-    work = partial_folder(output_dir)
     if base_model is None:
         build_tiny_model(
             work,
@@ -324,7 +331,6 @@ def pretrain_describer(
     model.save_pretrained(work)
     processor.save_pretrained(work)
     info = {
-        "key": key,
         "config": asdict(config),
         "data_id": data_id,
         "base_model": str(base_model) if base_model else None,
@@ -333,11 +339,10 @@ def pretrain_describer(
         "loss_every_25_steps": losses[::25],
         "readout_accuracy": readout,
     }
-    publish_folder(work, output_dir, INFO_FILE, info)
     logger.info(
         "Stand-in pretraining: %d steps in %.0f s, read-out %s", config.steps, elapsed, readout
     )
-    return output_dir
+    return info
 
 
 def expand_text_layers(model, n: int):

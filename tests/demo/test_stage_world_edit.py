@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 import demo.stage_world_edit as stage
-from demo import stage_report
+from demo import pretrained, stage_report
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ def test_the_editing_experiment_gets_its_table_from_real_runs(tmp_path, monkeypa
     monkeypatch.setattr(stage, "EPOCHS", 2)
     monkeypatch.setattr(stage, "TRAIN_EDITS", 4)
     monkeypatch.setattr(stage, "HELD_OUT", 6)
-    monkeypatch.setattr(stage, "EDITOR_CONFIG", {"edits": 8, "steps": 2, "batch_size": 4})
+    monkeypatch.setattr(pretrained, "EDITOR_CONFIG", {"edits": 8, "steps": 2, "batch_size": 4})
     monkeypatch.setattr(
         stage,
         "RECIPE_OVERRIDES",
