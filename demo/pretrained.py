@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from demo.context import cache_dir
+from demo.context import cache_dir, make_reproducible
 from paco_reward.command_line import Command, config_field, run_cli
 
 # The editor's pretraining (EditorConfig fields other than the seed; the defaults in the demo).
@@ -94,28 +94,32 @@ class Worker:
     log: Path
 
 
-def start_background(stages: list[str], seed: int, log_dir: Path) -> list[Worker]:
-    """Start the workers that pretrain what ``stages`` need (each logs to
-    ``<log_dir>/<models>.log``); none when nothing is needed."""
+def plan(stages: list[str]) -> list[list[str]]:
+    """The workers' queues for ``stages``: what they need, in :data:`QUEUES` order."""
     needed = {model for stage in stages for model in NEEDS.get(stage, ())}
-    workers = []
-    for queue in QUEUES:
-        models = [m for m in queue if m in needed]
-        if not models:
-            continue
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log = log_dir / f"{'_'.join(models)}.log"
-        command = [sys.executable, "-m", "demo.pretrained", "--seed", str(seed), "--models"]
-        with open(log, "w") as handle:
-            process = subprocess.Popen(
-                command + models,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-            )
-        print(f"Pretraining {', '.join(models)} in the background (log: {log}).")
-        workers.append(Worker(process, models, log))
-    return workers
+    queues = [[m for m in queue if m in needed] for queue in QUEUES]
+    return [queue for queue in queues if queue]
+
+
+def start_worker(models: list[str], seed: int, log_dir: Path) -> Worker:
+    """Start one worker that pretrains ``models`` in order (log: ``<log_dir>/<models>.log``)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{'_'.join(models)}.log"
+    command = [sys.executable, "-m", "demo.pretrained", "--seed", str(seed), "--models"]
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            command + models,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+    print(f"Pretraining {', '.join(models)} in the background (log: {log}).")
+    return Worker(process, models, log)
+
+
+def start_background(stages: list[str], seed: int, log_dir: Path) -> list[Worker]:
+    """Start the workers that pretrain what ``stages`` need (:func:`plan`)."""
+    return [start_worker(models, seed, log_dir) for models in plan(stages)]
 
 
 def stop_background(workers: list[Worker]) -> None:
@@ -147,13 +151,14 @@ class PretrainArguments:
 
 
 def pretrain(args: PretrainArguments) -> int:
-    from demo.context import make_reproducible
+    import torch
 
     make_reproducible(args.seed, threads=1)
     for name in args.models:
         start = time.perf_counter()
         path = MODELS[name](args.seed)
-        print(f"{name}: {path} ({time.perf_counter() - start:.0f} s)", flush=True)
+        seconds = time.perf_counter() - start
+        print(f"{name}: {path} ({seconds:.0f} s, {torch.get_num_threads()} thread)", flush=True)
     return 0
 
 

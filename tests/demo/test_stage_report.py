@@ -35,13 +35,13 @@ def test_the_report_holds_the_stages_tables_and_links_their_images(tmp_path, cap
         )
     )
     assert "== Oracle ==" in capsys.readouterr().out
-    ctx.artifacts["stage_seconds"] = {"generator": 12.3}
+    ctx.artifacts["stage_seconds"] = {"generator": 12.3, "world_grpo": 30.4}
     run(ctx)
     text = (tmp_path / "out" / "report.md").read_text()
     assert text.index("## Generator") < text.index("## Experiments")
     assert "| world renders | 1.0000 |" in text and "| generator | 0.5000 |" in text
     assert "| PaCo evaluator | +0.050 [+0.010, +0.090] |" in text
-    assert "| generator | 12 |" in text
+    assert "| generator | 12 |" in text and "| all (so far) | 43 |" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert links == ["generator/samples.png", "world_grpo/rewards.png", "generator/samples.png"]
     assert all((tmp_path / "out" / link).is_file() for link in links)
