@@ -185,10 +185,10 @@ def run(ctx: DemoContext) -> None:
     train_records = make_edits(world, TRAIN_EDITS, start=TRAIN_START)
     test_records = make_edits(world, HELD_OUT, start=HELD_OUT_START)
     info = read_info(editor, INFO_FILE)
-    editor_config = info["config"]
+    edits, steps = info["config"]["edits"], info["config"]["steps"]
     print(
         f"EDITING IN MINIATURE: the world's tiny Kontext (pretrained from the generator on "
-        f"{editor_config['edits']} edits, {editor_config['steps']} steps, {info['seconds']:.0f} s), "
+        f"{edits} edits, {steps} steps, {info['seconds']:.0f} s), "
         f"PaCo-GRPO for {EPOCHS} epochs on {TRAIN_EDITS} train edits, seeds {list(SEEDS)}, "
         f"in {len(ARMS)} arms: {'; '.join(arm.name for arm in ARMS)}. The oracle judges "
         f"{HELD_OUT} held-out edits before and after."
