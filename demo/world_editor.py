@@ -358,17 +358,16 @@ def judge_edits(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
             f"{len(records)} records."
         )
     judged = [judge_edit(im, r) for im, r in zip(images, records)]
-    keys = EDIT_SCORES
     result: dict = {"edits": len(judged)}
-    result.update({k: float(np.mean([j[k] for j in judged])) for k in keys})
+    result.update({k: float(np.mean([j[k] for j in judged])) for k in EDIT_SCORES})
     result["unreadable"] = sum(j["unreadable"] for j in judged)
-    result["per_item"] = [{k: j[k] for k in keys} for j in judged]
+    result["per_item"] = [{k: j[k] for k in EDIT_SCORES} for j in judged]
     result["by_attribute"] = {
         attribute: {
             k: float(
                 np.mean([j[k] for j, r in zip(judged, records) if r["attribute"] == attribute])
             )
-            for k in keys
+            for k in EDIT_SCORES
         }
         for attribute in dict.fromkeys(r["attribute"] for r in records)
     }
