@@ -11,7 +11,7 @@ None of them depends on a stage's output, so ``python -m demo`` first starts
 thread each) pretrain the models the chosen stages need while the stages run. A stage that
 asks for a model a worker is still building waits for it (the build lock of
 :mod:`paco_reward.cached_folder`) and then reuses it. On two cores this overlaps the
-generator's 20 minutes with the evaluator's stages. The workers always use one thread: a
+generator's 16 minutes with the evaluator's stages. The workers always use one thread: a
 model's numbers depend on the thread count it was trained with.
 
     python -m demo.pretrained --seed 0 --models generator editor   # one worker, by hand
@@ -76,7 +76,7 @@ NEEDS = {
     "standin": ("standin",),
     "train": ("standin",),
     "generator": ("generator",),
-    "world_evaluator": ("generator", "standin"),
+    "world_evaluator": ("generator",),
     "world_grpo": ("generator", "world_clip"),
     "world_edit": ("generator", "editor", "world_clip"),
 }

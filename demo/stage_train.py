@@ -47,10 +47,12 @@ SFT_STEPS = 1200
 PROCESSES = 2
 
 
-def sft_recipe(output_dir: Path, base: Path, data_dir: Path, seed: int, **overrides) -> dict:
-    """The demo's PaCo SFT recipe (``PacoSFTConfig`` fields): full fine-tuning from the
-    stand-in with its vision tower frozen, answer-first targets (α = 0.5), 16 pairs per
-    process and step, the learning rate decayed over the last third."""
+def sft_recipe(
+    output_dir: Path, base: Path, data_dir: Path, seed: int, steps: int = SFT_STEPS, **overrides
+) -> dict:
+    """The demo's PaCo SFT recipe (``PacoSFTConfig`` fields): ``steps`` steps of full
+    fine-tuning from ``base`` with its vision tower frozen, answer-first targets (α = 0.5), 16
+    pairs per process and step, the learning rate decayed over the last third."""
     recipe = dict(
         output_dir=str(output_dir),
         model_name_or_path=str(base),
@@ -64,14 +66,14 @@ def sft_recipe(output_dir: Path, base: Path, data_dir: Path, seed: int, **overri
         reasoning_warmup_steps=0,
         learning_rate=1e-3,
         lr_scheduler_type="warmup_stable_decay",
-        lr_scheduler_kwargs={"num_decay_steps": SFT_STEPS // 3},
+        lr_scheduler_kwargs={"num_decay_steps": steps // 3},
         warmup_steps=50,
-        max_steps=SFT_STEPS,
+        max_steps=steps,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
         logging_steps=50,
         eval_strategy="steps",
-        eval_steps=SFT_STEPS // 2,
+        eval_steps=steps // 2,
         max_eval_samples=512,
         save_strategy="no",
         report_to="none",
@@ -82,6 +84,14 @@ def sft_recipe(output_dir: Path, base: Path, data_dir: Path, seed: int, **overri
     recipe.update(overrides)
     PacoSFTConfig(**recipe)  # fail here, not in the workers, on a bad field
     return recipe
+
+
+def trained_evaluator(ctx: DemoContext) -> Path | None:
+    """The evaluator this stage trained on the data stage's pairs, in this run or an earlier
+    one in the same output folder (its folder beside its recipe); None without one."""
+    folder = ctx.output_dir / "models" / "tiny-trained"
+    recipe = ctx.output_dir / "models" / "tiny-trained.yaml"
+    return folder if (folder / "config.json").is_file() and recipe.is_file() else None
 
 
 def train_distributed(recipe: dict, recipe_path: Path, processes: int = PROCESSES) -> str:
@@ -231,6 +241,8 @@ def _run_toy(ctx: DemoContext, output_dir: Path) -> None:
         use_cpu=True,
         seed=ctx.seed,
     )
+    # Not an evaluator of the world's renders: no recipe beside it (see trained_evaluator).
+    ctx.path("models", "tiny-trained.yaml").unlink(missing_ok=True)
     print("Training a from-scratch tiny Qwen2.5-VL on relational toy pairs (same colour?).")
     metrics = run_training(config)
     ctx.artifacts["trained_evaluator"] = output_dir

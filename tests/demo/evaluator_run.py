@@ -44,8 +44,7 @@ def main(
         seed, world_of(export), steps=standin_steps, image_pixels=pixels, progress=False
     )
     recipe = sft_recipe(
-        out / "evaluator", base, export, seed, max_steps=sft_steps, eval_strategy="no",
-        lr_scheduler_kwargs={"num_decay_steps": sft_steps // 3},
+        out / "evaluator", base, export, seed, steps=sft_steps, eval_strategy="no",
         per_device_train_batch_size=16, disable_tqdm=True,
         image_min_pixels=pixels, image_max_pixels=pixels,
     )  # fmt: skip
