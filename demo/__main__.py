@@ -36,8 +36,10 @@ class DemoArguments:
     output_dir: str = config_field("demo_output", help="Where every artifact goes.")
     seed: int = config_field(0, help="Seed of every stage.")
     threads: int = config_field(
-        2,
-        help="torch CPU threads, fixed so that a rerun on the same machine gives the same numbers.",
+        1,
+        help="torch CPU threads of this process, fixed so that a rerun on the same machine gives "
+        "the same numbers. One: the background pretraining and the stages' worker processes "
+        "keep the other core busy, and a second thread beside them slows both down.",
     )
     stages: list[str] = config_field(lambda: list(STAGES), help=f"Stages to run, of {STAGES}.")
 

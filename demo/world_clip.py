@@ -30,7 +30,7 @@ class WorldClipConfig:
     """How the world's CLIP is trained (every field is part of the cache key)."""
 
     panel_size: int = 32
-    steps: int = 1500
+    steps: int = 1000
     batch_size: int = 64
     learning_rate: float = 2e-3
     seed: int = 0

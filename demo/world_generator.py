@@ -12,6 +12,9 @@ generator learns to be as inconsistent as the world's grids are), it trains
    (``x_t = (1 - s) x_0 + s e``, target ``e - x_0``, ``s`` logit-normal), conditioned
    through the pipeline's own frozen text encoders on the prompt (whole-word T5 pieces).
 
+Both hold their learning rate, then decay it linearly to zero over the last ``decay`` share
+of their steps.
+
 Like FLUX.1-dev, it draws at more than one resolution: every ``low_resolution_every``-th
 step of both trains on the same prompts' grids at ``low_panel_size`` (16-px panels), so that
 RL can train at half the resolution it is judged at (resolution decoupling).
@@ -58,15 +61,17 @@ class GeneratorConfig:
     grids_per_prompt: int = 4
     vae_channels: tuple[int, ...] = (8, 16, 32)
     latent_channels: int = 8
-    vae_steps: int = 1500
+    vae_steps: int = 1000
     vae_batch_size: int = 16
     vae_learning_rate: float = 2e-3
     layers: int = 2
     heads: int = 2
-    steps: int = 5000
+    steps: int = 3500
     batch_size: int = 32
     learning_rate: float = 3e-3
     warmup_steps: int = 100
+    # Both trainings decay their learning rate linearly to zero over this share of their steps.
+    decay: float = 0.3
     max_sequence_length: int = 64
     seed: int = 0
 
@@ -170,9 +175,14 @@ def quiet_clip_truncation():
         diffusers.logging.set_verbosity(levels[1])
 
 
-def warmup_lr(step: int, learning_rate: float, warmup_steps: int) -> float:
-    """``learning_rate`` after a linear warm-up over the first ``warmup_steps`` steps."""
-    return learning_rate * min(1.0, (step + 1) / warmup_steps)
+def warmup_lr(
+    step: int, learning_rate: float, warmup_steps: int, total_steps: int = 0, decay: float = 0.0
+) -> float:
+    """``learning_rate`` after a linear warm-up over the first ``warmup_steps`` steps, decayed
+    linearly to zero over the last ``decay`` share of ``total_steps`` (warmup-stable-decay)."""
+    decay_steps = int(decay * total_steps)
+    remaining = (total_steps - step) / decay_steps if decay_steps else 1.0
+    return learning_rate * min(1.0, (step + 1) / warmup_steps, remaining)
 
 
 def train_vae(
@@ -186,6 +196,10 @@ def train_vae(
     losses = []
     vae.train()
     for step in tqdm(range(config.vae_steps), desc="generator VAE", disable=not progress):
+        for group in optimizer.param_groups:
+            group["lr"] = warmup_lr(
+                step, config.vae_learning_rate, 1, config.vae_steps, config.decay
+            )
         pool = images[_size_at(step, config)]
         batch = pool[torch.randint(len(pool), (config.vae_batch_size,), generator=generator)]
         posterior = vae.encode(batch).latent_dist
@@ -278,7 +292,7 @@ def train_flow(
             velocity,
             noise,
             x0,
-            warmup_lr(step, config.learning_rate, config.warmup_steps),
+            warmup_lr(step, config.learning_rate, config.warmup_steps, config.steps, config.decay),
         )
         if step % 25 == 0:
             losses.append(loss)
