@@ -37,4 +37,11 @@ half = [
 for name, grids in (("full", full), ("half", half)):
     j = judge_grids(grids, records)
     shows = {k: round(v, 3) for k, v in j["shows_prompt"].items()}
-    print(name, "consistency", round(j["consistency"], 3), "alignment", round(j["alignment"], 3), shows)
+    print(
+        name,
+        "consistency",
+        round(j["consistency"], 3),
+        "alignment",
+        round(j["alignment"], 3),
+        shows,
+    )
