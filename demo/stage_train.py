@@ -45,6 +45,9 @@ SFT_STEPS = 1200
 # this small, a second process doubles the pairs per second. Fixed, so that every machine
 # computes the same numbers.
 PROCESSES = 2
+# Where the evaluator trained on the data stage's pairs goes, and its recipe beside it.
+EVALUATOR_DIR = ("models", "tiny-trained")
+EVALUATOR_RECIPE = ("models", "tiny-trained.yaml")
 
 
 def sft_recipe(
@@ -89,8 +92,8 @@ def sft_recipe(
 def trained_evaluator(ctx: DemoContext) -> Path | None:
     """The evaluator this stage trained on the data stage's pairs, in this run or an earlier
     one in the same output folder (its folder beside its recipe); None without one."""
-    folder = ctx.output_dir / "models" / "tiny-trained"
-    recipe = ctx.output_dir / "models" / "tiny-trained.yaml"
+    folder = ctx.output_dir.joinpath(*EVALUATOR_DIR)
+    recipe = ctx.output_dir.joinpath(*EVALUATOR_RECIPE)
     return folder if (folder / "config.json").is_file() and recipe.is_file() else None
 
 
@@ -154,7 +157,7 @@ def compare(rm: PacoReward, rows, clip: CLIPImageScorer) -> list[dict]:
 
 def run(ctx: DemoContext) -> None:
     data_dir = ctx.artifacts.get("pair_dataset_dir")
-    output_dir = ctx.path("models", "tiny-trained")
+    output_dir = ctx.path(*EVALUATOR_DIR)
     clip_dir = build_tiny_clip(ctx.path("models", "tiny-clip"), seed=ctx.seed)
     ctx.artifacts["tiny_clip"] = clip_dir
     if data_dir is None:
@@ -168,7 +171,7 @@ def run(ctx: DemoContext) -> None:
         f"{PROCESSES} processes."
     )
     start = time.perf_counter()
-    command = train_distributed(recipe, ctx.path("models", "tiny-trained.yaml"))
+    command = train_distributed(recipe, ctx.path(*EVALUATOR_RECIPE))
     elapsed = time.perf_counter() - start
     print(f"Trained in {elapsed:.0f}s with: {command}")
     ctx.artifacts["trained_evaluator"] = output_dir
@@ -242,7 +245,7 @@ def _run_toy(ctx: DemoContext, output_dir: Path) -> None:
         seed=ctx.seed,
     )
     # Not an evaluator of the world's renders: no recipe beside it (see trained_evaluator).
-    ctx.path("models", "tiny-trained.yaml").unlink(missing_ok=True)
+    ctx.path(*EVALUATOR_RECIPE).unlink(missing_ok=True)
     print("Training a from-scratch tiny Qwen2.5-VL on relational toy pairs (same colour?).")
     metrics = run_training(config)
     ctx.artifacts["trained_evaluator"] = output_dir
