@@ -45,9 +45,9 @@ from demo.world_generator import (
     generator_world,
     quiet_clip_truncation,
     read_generator_info,
+    scheduled_lr,
     to_images,
     to_tensor,
-    warmup_lr,
 )
 from paco_reward.cached_folder import build_once, cache_key
 
@@ -227,7 +227,7 @@ def train_edits(
             velocity,
             noise,
             x0,
-            warmup_lr(step, config.learning_rate, config.warmup_steps),
+            scheduled_lr(step, config.learning_rate, config.warmup_steps),
         )
         if step % 25 == 0:
             losses.append(loss)

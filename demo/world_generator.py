@@ -175,7 +175,7 @@ def quiet_clip_truncation():
         diffusers.logging.set_verbosity(levels[1])
 
 
-def warmup_lr(
+def scheduled_lr(
     step: int, learning_rate: float, warmup_steps: int, total_steps: int = 0, decay: float = 0.0
 ) -> float:
     """``learning_rate`` after a linear warm-up over the first ``warmup_steps`` steps, decayed
@@ -197,7 +197,7 @@ def train_vae(
     vae.train()
     for step in tqdm(range(config.vae_steps), desc="generator VAE", disable=not progress):
         for group in optimizer.param_groups:
-            group["lr"] = warmup_lr(
+            group["lr"] = scheduled_lr(
                 step, config.vae_learning_rate, 1, config.vae_steps, config.decay
             )
         pool = images[_size_at(step, config)]
@@ -292,7 +292,9 @@ def train_flow(
             velocity,
             noise,
             x0,
-            warmup_lr(step, config.learning_rate, config.warmup_steps, config.steps, config.decay),
+            scheduled_lr(
+                step, config.learning_rate, config.warmup_steps, config.steps, config.decay
+            ),
         )
         if step % 25 == 0:
             losses.append(loss)

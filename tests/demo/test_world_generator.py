@@ -18,7 +18,7 @@ from demo.world_generator import (
     pretrain_world_generator,
     read_generator_info,
     sample_grids,
-    warmup_lr,
+    scheduled_lr,
     world_words,
 )
 from demo.world_judge import judge_grids
@@ -110,10 +110,10 @@ def test_an_unreadable_panel_scores_nothing_instead_of_being_left_out():
 
 def test_the_learning_rate_warms_up_holds_then_decays_linearly_to_zero():
     # 100 steps at 2.0: 10 warm-up steps, the last 30 % decayed (values worked out by hand).
-    lr = [warmup_lr(step, 2.0, 10, total_steps=100, decay=0.3) for step in range(100)]
+    lr = [scheduled_lr(step, 2.0, 10, total_steps=100, decay=0.3) for step in range(100)]
     assert lr[0] == pytest.approx(0.2) and lr[4] == pytest.approx(1.0)
     assert lr[9] == lr[50] == lr[70] == 2.0
     assert lr[85] == pytest.approx(1.0) and lr[99] == pytest.approx(2.0 / 30)
     assert all(a >= b for a, b in zip(lr[9:], lr[10:]))
     # Without decay (the editor's schedule), the rate holds after the warm-up.
-    assert warmup_lr(99, 2.0, 10) == warmup_lr(99, 2.0, 10, total_steps=100) == 2.0
+    assert scheduled_lr(99, 2.0, 10) == scheduled_lr(99, 2.0, 10, total_steps=100) == 2.0
