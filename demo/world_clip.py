@@ -22,7 +22,7 @@ from pathlib import Path
 from paco_reward.cached_folder import build_once, cache_key
 
 INFO_FILE = "world_clip.json"
-PROCEDURE_VERSION = 1
+PROCEDURE_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A tiny, randomly initialised CLIP built offline, for the CLIP-I baseline in tests and the demo.
 
 :func:`build_tiny_clip` writes an ordinary Hugging Face folder (config, safetensors
-weights, a byte-level BPE tokenizer trained on the fly, image processor) that
+weights, a byte-level BPE tokenizer learned on the fly, image processor) that
 loads with ``CLIPModel.from_pretrained`` / ``CLIPProcessor.from_pretrained`` and
 therefore with :class:`paco_reward.baselines.CLIPImageScorer`, exactly as a real
 checkpoint such as ``openai/clip-vit-base-patch32`` would::
@@ -14,7 +14,6 @@ checkpoint such as ``openai/clip-vit-base-patch32`` would::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,40 +25,83 @@ _CLIP_CORPUS = (
 ).split()
 
 
-def build_tiny_clip_tokenizer(vocab_size: int = 512, corpus: Sequence[str] = ()):
-    """Train a CLIP-style byte-level BPE (lower-casing, ``</w>`` word suffix) on a small
-    corpus (a built-in word list, or ``corpus``: texts of the domain the model will read)
-    and wrap it in :class:`transformers.CLIPTokenizer`."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+END_OF_WORD = "</w>"
+
+
+def learn_bpe(word_counts: dict[str, int], num_merges: int) -> list[tuple[str, str]]:
+    """CLIP-style byte-pair merges of ``word_counts`` (pre-tokenized words): a word's last
+    symbol carries :data:`END_OF_WORD`; each merge joins the most frequent adjacent pair, a
+    tie going to the smallest pair. Every process learns the same merges from the same
+    counts; tokenizers' ``BpeTrainer`` does not with an end-of-word suffix (it numbers the
+    suffixed symbols in hash-map order and breaks ties by those numbers:
+    huggingface/tokenizers#1794), which made two trainings of one CLIP differ."""
+    from collections import Counter
+
+    words = {tuple(w[:-1]) + (w[-1] + END_OF_WORD,): n for w, n in sorted(word_counts.items())}
+    merges: list[tuple[str, str]] = []
+    for _ in range(num_merges):
+        pairs: Counter = Counter()
+        for symbols, count in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += count
+        if not pairs:
+            break
+        best = min(pairs, key=lambda pair: (-pairs[pair], pair))
+        merges.append(best)
+        words = {_merge(symbols, best): count for symbols, count in words.items()}
+    return merges
+
+
+def _merge(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    merged: list[str] = []
+    i = 0
+    while i < len(symbols):
+        if symbols[i : i + 2] == pair:
+            merged.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            merged.append(symbols[i])
+            i += 1
+    return tuple(merged)
+
+
+def build_tiny_clip_tokenizer(vocab_size: int = 768, corpus: Sequence[str] = ()):
+    """A CLIP-style byte-level BPE (lower-casing, ``</w>`` word suffix) learned from a small
+    corpus (a built-in word list, or ``corpus``: texts of the domain the model will read) by
+    :func:`learn_bpe`, wrapped in :class:`transformers.CLIPTokenizer`. The same corpus gives
+    the same tokenizer in every process."""
+    from collections import Counter
+
+    from tokenizers import Regex, normalizers, pre_tokenizers
     from transformers import CLIPTokenizer
 
-    specials = ["<|startoftext|>", "<|endoftext|>"]
-    bpe = Tokenizer(models.BPE(end_of_word_suffix="</w>", continuing_subword_prefix=""))
-    bpe.normalizer = normalizers.Sequence(
+    normalizer = normalizers.Sequence(
         [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
     )
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+    pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(
                 Regex(r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""),
                 behavior="removed",
                 invert=True,
             ),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=1,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        end_of_word_suffix="</w>",
-        show_progress=False,
+    texts = list(corpus) or [" ".join(_CLIP_CORPUS)]
+    word_counts = Counter(
+        word
+        for text in texts
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
     )
-    bpe.train_from_iterator(list(corpus) or [" ".join(_CLIP_CORPUS)] * 20, trainer=trainer)
-    state = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
-    return CLIPTokenizer(vocab=state["vocab"], merges=merges, model_max_length=77)
+    specials = ["<|startoftext|>", "<|endoftext|>"]
+    # Every byte, alone and ending a word, as in CLIP: any text encodes without unknowns.
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    symbols = alphabet + [symbol + END_OF_WORD for symbol in alphabet]
+    merges = learn_bpe(word_counts, vocab_size - len(specials) - len(symbols))
+    tokens = specials + symbols + [a + b for a, b in merges]
+    vocab = {token: i for i, token in enumerate(dict.fromkeys(tokens))}
+    return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)
 
 
 def build_tiny_clip(
