@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.context import DemoContext, make_reproducible
-from demo.pretrained import start_background, stop_background
+from demo.pretrained import start_background, stop_background, yield_to_generator
 from paco_reward.command_line import Command, config_field, run_cli
 
 STAGES = [
@@ -56,6 +56,7 @@ def run(args: DemoArguments) -> int:
     output_dir.mkdir(parents=True, exist_ok=True)
     # The cached models the stages will ask for are pretrained meanwhile (demo.pretrained).
     workers = start_background(args.stages, args.seed, output_dir / "pretraining")
+    yield_to_generator(workers)
     try:
         for name in args.stages:
             start = time.perf_counter()

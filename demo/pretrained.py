@@ -11,8 +11,13 @@ None of them depends on a stage's output, so ``python -m demo`` first starts
 thread each) pretrain the models the chosen stages need while the stages run. A stage that
 asks for a model a worker is still building waits for it (the build lock of
 :mod:`paco_reward.cached_folder`) and then reuses it. On two cores this overlaps the
-generator's 16 minutes with the evaluator's stages. The workers always use one thread: a
+generator's 14 minutes with the evaluator's stages. The workers always use one thread: a
 model's numbers depend on the thread count it was trained with.
+
+The generator is a first run's critical path: every world stage waits for it, and its
+pretraining is serial. So everything else runs below it (:data:`NICENESS`): the other
+worker, and after :func:`yield_to_generator` the demo's own process and its stages. The
+scheduler then gives the generator a core of its own; priorities change no number.
 
     python -m demo.pretrained --seed 0 --models generator editor   # one worker, by hand
 """
@@ -83,6 +88,8 @@ NEEDS = {
 # The two workers' queues, in order: the editor starts from the generator; the stand-in is
 # needed first, by the train stage.
 QUEUES = (("generator", "editor"), ("standin", "world_clip"))
+# Niceness of every process but the generator's worker (see the module's docstring).
+NICENESS = 10
 
 
 @dataclass
@@ -101,11 +108,19 @@ def plan(stages: list[str]) -> list[list[str]]:
     return [queue for queue in queues if queue]
 
 
+def niceness(models: list[str]) -> int:
+    """How far below the demo's starting priority the worker of ``models`` runs: not at all
+    for the generator's, :data:`NICENESS` for any other."""
+    return 0 if "generator" in models else NICENESS
+
+
 def start_worker(models: list[str], seed: int, log_dir: Path) -> Worker:
-    """Start one worker that pretrains ``models`` in order (log: ``<log_dir>/<models>.log``)."""
+    """Start one worker that pretrains ``models`` in order (log: ``<log_dir>/<models>.log``),
+    at its :func:`niceness`."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{'_'.join(models)}.log"
-    command = [sys.executable, "-m", "demo.pretrained", "--seed", str(seed), "--models"]
+    command = [sys.executable, "-m", "demo.pretrained", "--seed", str(seed)]
+    command += ["--niceness", str(niceness(models)), "--models"]
     with open(log, "w") as handle:
         process = subprocess.Popen(
             command + models,
@@ -120,6 +135,13 @@ def start_worker(models: list[str], seed: int, log_dir: Path) -> Worker:
 def start_background(stages: list[str], seed: int, log_dir: Path) -> list[Worker]:
     """Start the workers that pretrain what ``stages`` need (:func:`plan`)."""
     return [start_worker(models, seed, log_dir) for models in plan(stages)]
+
+
+def yield_to_generator(workers: list[Worker]) -> None:
+    """Lower this process (and the stages' subprocesses it starts) by :data:`NICENESS` if one
+    of ``workers`` pretrains the generator."""
+    if any("generator" in worker.models for worker in workers):
+        os.nice(NICENESS)
 
 
 def stop_background(workers: list[Worker]) -> None:
@@ -143,22 +165,30 @@ class PretrainArguments:
 
     models: list[str] = config_field(help=f"Models to pretrain, of {list(MODELS)}.")
     seed: int = config_field(0, help="The demo seed.")
+    niceness: int = config_field(0, help="Run this much below the starting priority.")
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in MODELS]
         if unknown:
             raise ValueError(f"unknown model(s) {unknown}; the models are {list(MODELS)}.")
+        if self.niceness < 0:
+            raise ValueError(f"niceness={self.niceness}: a worker can only lower its priority.")
 
 
 def pretrain(args: PretrainArguments) -> int:
     import torch
 
+    os.nice(args.niceness)
     make_reproducible(args.seed, threads=1)
     for name in args.models:
         start = time.perf_counter()
         path = MODELS[name](args.seed)
         seconds = time.perf_counter() - start
-        print(f"{name}: {path} ({seconds:.0f} s, {torch.get_num_threads()} thread)", flush=True)
+        print(
+            f"{name}: {path} ({seconds:.0f} s, {torch.get_num_threads()} thread, "
+            f"niceness {os.nice(0)})",
+            flush=True,
+        )
     return 0
 
 

@@ -1,10 +1,11 @@
 """The demo's background pretraining: each stage's models are pretrained by exactly one
 worker, in an order a worker can follow; stages that need none start none; the worker's
-command line refuses an unknown model; and a worker reuses what is cached, in its own
-process with one thread."""
+command line refuses an unknown model; a worker reuses what is cached, in its own process
+with one thread; and only the generator's worker keeps the demo's priority."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -31,6 +32,8 @@ def test_the_workers_get_what_the_chosen_stages_need(tmp_path):
     assert pretrained.plan(["data", "train"]) == [["standin"]]
     assert pretrained.plan(["world_grpo"]) == [["generator"], ["world_clip"]]
     assert pretrained.start_background(["scoring", "grpo"], 0, tmp_path / "logs") == []
+    # The generator is the first run's critical path: its worker alone is not lowered.
+    assert [pretrained.niceness(q) for q in pretrained.plan(STAGES)] == [0, pretrained.NICENESS]
     assert not (tmp_path / "logs").exists()
 
 
@@ -57,6 +60,9 @@ def test_a_worker_reuses_the_cached_model_in_one_thread(tmp_path, monkeypatch):
     worker.process.wait(120)
     log = worker.log.read_text()
     assert worker.process.returncode == 0, log
-    assert f"world_clip: {folder} (" in log and ", 1 thread)" in log
+    assert f"world_clip: {folder} (" in log and ", 1 thread, " in log
+    # Not the generator's worker: it runs below the process that started it.
+    below = min(os.nice(0) + pretrained.NICENESS, 19)
+    assert f"niceness {below})" in log
     assert pretrained.world_clip(3) == folder  # the stage finds the same folder
     pretrained.stop_background([worker])
