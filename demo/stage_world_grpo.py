@@ -42,7 +42,7 @@ from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_gr
 from paco_reward.atomic_io import save_figure
 
 SEEDS = (0, 1)
-EPOCHS = 30
+EPOCHS = 20
 TRAIN_PROMPTS = 32
 HELD_OUT = 48
 # Train prompts are drawn from this index on: neither the generator's nor the held-out ones.

@@ -75,7 +75,7 @@ class EditorConfig:
     generator's)."""
 
     edits: int = 3000
-    steps: int = 1500
+    steps: int = 1200
     batch_size: int = 32
     learning_rate: float = 1e-3
     warmup_steps: int = 50
