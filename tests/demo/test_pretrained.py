@@ -47,6 +47,16 @@ def test_the_worker_refuses_an_unknown_model():
     assert "unknown model(s) ['vae']" in result.stderr
 
 
+def test_the_worker_refuses_to_raise_its_priority():
+    result = subprocess.run(
+        [sys.executable, "-m", "demo.pretrained", "--models", "world_clip", "--niceness", "-5"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "niceness=-5: a worker can only lower its priority" in result.stderr
+
+
 def test_a_worker_reuses_the_cached_model_in_one_thread(tmp_path, monkeypatch):
     monkeypatch.setenv("PACO_RL_CACHE", str(tmp_path / "cache"))
     # Stands in for a finished pretraining of the world's CLIP under the demo's key.
