@@ -139,8 +139,9 @@ def start_background(stages: list[str], seed: int, log_dir: Path) -> list[Worker
 
 def yield_to_generator(workers: list[Worker]) -> None:
     """Lower this process (and the stages' subprocesses it starts) by :data:`NICENESS` if one
-    of ``workers`` pretrains the generator."""
-    if any("generator" in worker.models for worker in workers):
+    of ``workers`` keeps the demo's priority (:func:`niceness`: the generator's). For good:
+    a process cannot raise its priority again, so only ``python -m demo`` calls this."""
+    if any(niceness(worker.models) == 0 for worker in workers):
         os.nice(NICENESS)
 
 
