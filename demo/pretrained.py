@@ -86,8 +86,9 @@ NEEDS = {
     "world_edit": ("generator", "editor", "world_clip"),
 }
 # The two workers' queues, in order: the editor starts from the generator; the stand-in is
-# needed first, by the train stage.
-QUEUES = (("generator", "editor"), ("standin", "world_clip"))
+# needed first, by the train stage, whose SFT shares that worker's core; the world's CLIP is
+# needed last, by world_grpo, so it waits for the generator's core to be free.
+QUEUES = (("generator", "editor", "world_clip"), ("standin",))
 # Niceness of every process but the generator's worker (see the module's docstring).
 NICENESS = 10
 

@@ -99,11 +99,13 @@ def trained_evaluator(ctx: DemoContext) -> Path | None:
 
 def train_distributed(recipe: dict, recipe_path: Path, processes: int = PROCESSES) -> str:
     """Write ``recipe`` as YAML and run ``paco-reward train`` on it in ``processes``
-    data-parallel processes; returns the command."""
+    data-parallel processes, at this process's priority (:mod:`demo.keep_priority`);
+    returns the command."""
     recipe_path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={processes}", "-m", "paco_reward.cli", "train", str(recipe_path),
+        f"--nproc_per_node={processes}", "-m", "demo.keep_priority",
+        "paco_reward.cli", "train", str(recipe_path),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(command, check=True, env=env)

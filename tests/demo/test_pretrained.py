@@ -28,9 +28,9 @@ def test_every_model_a_stage_needs_has_exactly_one_worker():
 
 
 def test_the_workers_get_what_the_chosen_stages_need(tmp_path):
-    assert pretrained.plan(STAGES) == [["generator", "editor"], ["standin", "world_clip"]]
+    assert pretrained.plan(STAGES) == [["generator", "editor", "world_clip"], ["standin"]]
     assert pretrained.plan(["data", "train"]) == [["standin"]]
-    assert pretrained.plan(["world_grpo"]) == [["generator"], ["world_clip"]]
+    assert pretrained.plan(["world_grpo"]) == [["generator", "world_clip"]]
     assert pretrained.start_background(["scoring", "grpo"], 0, tmp_path / "logs") == []
     # The generator is the first run's critical path: its worker alone is not lowered.
     assert [pretrained.niceness(q) for q in pretrained.plan(STAGES)] == [0, pretrained.NICENESS]
