@@ -1,0 +1,53 @@
+"""A torchrun rank keeps the priority it was started with: started in a session of its own
+(as torchrun starts ranks) at niceness 7, ``python -m demo.keep_priority MODULE ARGS`` gives
+its scheduling group niceness 7, where the kernel has such groups, then runs MODULE as
+``__main__`` with ARGS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from demo.keep_priority import AUTOGROUP, main
+
+PROBE = """
+import os, sys
+group = open("/proc/self/autogroup").read().strip() if os.path.exists("/proc/self/autogroup") else "none"
+print(__name__, os.nice(0), group, *sys.argv[1:])
+"""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_probe(tmp_path: Path, command: list[str]) -> str:
+    (tmp_path / "probe_rank.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run(
+        ["nice", "-n", "7", sys.executable, *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        start_new_session=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_a_rank_in_its_own_session_keeps_its_niceness(tmp_path):
+    out = run_probe(tmp_path, ["-m", "demo.keep_priority", "probe_rank", "train", "r.yaml"])
+    name, niceness, *group, arg1, arg2 = out.split()
+    assert (name, niceness, arg1, arg2) == ("__main__", "7", "train", "r.yaml")
+    if os.path.exists(AUTOGROUP):
+        assert group[-2:] == ["nice", "7"], out
+        # Without it, the new session's group runs at the default priority.
+        assert run_probe(tmp_path, ["-m", "probe_rank"]).split()[-2:] == ["nice", "0"]
+    else:
+        assert group == ["none"]
+
+
+def test_it_needs_a_module():
+    with pytest.raises(SystemExit, match="usage: python -m demo.keep_priority MODULE"):
+        main([])
