@@ -23,11 +23,15 @@ AUTOGROUP = "/proc/self/autogroup"
 
 def keep_priority() -> int:
     """Set this process's scheduling group to its own niceness, where the kernel has such
-    groups; returns the niceness."""
+    groups; returns the niceness. Where the group cannot be set (a read-only ``/proc``), the
+    rank says so and runs on: only its priority is lost."""
     niceness = os.nice(0)
     if niceness > 0 and os.path.exists(AUTOGROUP):
-        with open(AUTOGROUP, "w") as handle:
-            handle.write(str(niceness))
+        try:
+            with open(AUTOGROUP, "w") as handle:
+                handle.write(str(niceness))
+        except OSError as err:
+            print(f"demo.keep_priority: could not lower {AUTOGROUP} ({err})", file=sys.stderr)
     return niceness
 
 

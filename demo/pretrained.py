@@ -11,13 +11,14 @@ None of them depends on a stage's output, so ``python -m demo`` first starts
 thread each) pretrain the models the chosen stages need while the stages run. A stage that
 asks for a model a worker is still building waits for it (the build lock of
 :mod:`paco_reward.cached_folder`) and then reuses it. On two cores this overlaps the
-generator's 14 minutes with the evaluator's stages. The workers always use one thread: a
+generator's 12 minutes with the evaluator's stages. The workers always use one thread: a
 model's numbers depend on the thread count it was trained with.
 
-The generator is a first run's critical path: every world stage waits for it, and its
-pretraining is serial. So everything else runs below it (:data:`NICENESS`): the other
-worker, and after :func:`yield_to_generator` the demo's own process and its stages. The
-scheduler then gives the generator a core of its own; priorities change no number.
+The generator is a first run's longest pretraining: every world stage waits for it, and it
+is serial. So everything else runs below it (:data:`NICENESS`): the other worker, and after
+:func:`yield_to_generator` the demo's own process and its stages, the SFT's torchrun ranks
+included (:mod:`demo.keep_priority`). The scheduler then gives the generator a core of its
+own; priorities change no number.
 
     python -m demo.pretrained --seed 0 --models generator editor   # one worker, by hand
 """

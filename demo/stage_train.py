@@ -40,7 +40,7 @@ from paco_reward.training.loading import load_pair_dataset_dict
 from paco_reward.training.metrics import decision_metrics, roc_auc
 from paco_reward.training.sft_config import TOY_DATASET
 
-SFT_STEPS = 600
+SFT_STEPS = 400
 # Data-parallel processes of the SFT: torch gains nothing from a second thread on models
 # this small, a second process doubles the pairs per second. Fixed, so that every machine
 # computes the same numbers.

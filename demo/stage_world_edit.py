@@ -47,7 +47,7 @@ from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_gr
 from paco_reward.cached_folder import read_info
 
 SEEDS = (0, 1)
-EPOCHS = 8
+EPOCHS = 6
 TRAIN_EDITS = 64
 HELD_OUT = 96
 # Train edits are drawn from this index on: neither the editor's nor the held-out ones.

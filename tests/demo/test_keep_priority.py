@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from demo import keep_priority
 from demo.keep_priority import AUTOGROUP, main
 
 PROBE = """
@@ -51,3 +52,10 @@ def test_a_rank_in_its_own_session_keeps_its_niceness(tmp_path):
 def test_it_needs_a_module():
     with pytest.raises(SystemExit, match="usage: python -m demo.keep_priority MODULE"):
         main([])
+
+
+def test_a_group_it_cannot_set_costs_only_the_priority(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(keep_priority, "AUTOGROUP", str(tmp_path))  # a folder: not writable
+    monkeypatch.setattr(keep_priority.os, "nice", lambda increment: 5)
+    assert keep_priority.keep_priority() == 5
+    assert f"could not lower {tmp_path}" in capsys.readouterr().err
