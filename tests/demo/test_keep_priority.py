@@ -49,6 +49,27 @@ def test_a_rank_in_its_own_session_keeps_its_niceness(tmp_path):
         assert group == ["none"]
 
 
+def test_torchrun_ranks_run_in_sessions_of_their_own_and_keep_their_niceness(tmp_path):
+    """The real launcher: each rank leads a session of its own, and its group gets the
+    rank's niceness only through the wrapper."""
+    (tmp_path / "probe_rank.py").write_text(
+        PROBE.replace("*sys.argv[1:]", "os.getsid(0) == os.getpid()")
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    launch = ["nice", "-n", "7", sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launch += ["--nproc_per_node=2", "-m"]
+    for wrapper, group_niceness in ((["demo.keep_priority"], "7"), ([], "0")):
+        result = subprocess.run(
+            launch + wrapper + ["probe_rank"], capture_output=True, text=True, env=env, check=True
+        )
+        ranks = [line.split() for line in result.stdout.splitlines() if line.startswith("__main__")]
+        assert len(ranks) == 2, result.stdout + result.stderr
+        for rank in ranks:
+            assert rank[1] == "7" and rank[-1] == "True"  # niceness 7, a session leader
+            if os.path.exists(AUTOGROUP):
+                assert rank[-3:-1] == ["nice", group_niceness], rank
+
+
 def test_it_needs_a_module():
     with pytest.raises(SystemExit, match="usage: python -m demo.keep_priority MODULE"):
         main([])
