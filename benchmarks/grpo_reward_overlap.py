@@ -125,10 +125,12 @@ def _measure(tmp: Path, args: OverlapArguments) -> tuple[dict, KnownCostReward, 
 
     from paco_grpo.grpo_trainer import GRPOTrainer
     from paco_grpo.testing.flux import build_tiny_flux
+    from paco_reward.devices import resolve_device
 
+    device = resolve_device(args.device)  # "cuda" -> this process's GPU, with its index
     model = args.model or str(build_tiny_flux(tmp / "flux", seed=0))
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(device)
     reward = KnownCostReward(0.0)
     trainer = GRPOTrainer(_config(model, tmp, args), rewards={"known_cost": reward}, pipeline=pipe)
     images = args.prompts * args.group_size
@@ -158,8 +160,8 @@ def _measure(tmp: Path, args: OverlapArguments) -> tuple[dict, KnownCostReward, 
         for mode in ("sync", "async"):
             trainer.config.async_rewards = mode == "async"
             metrics = trainer.run_epoch(2 + repeat)
-            if args.device == "cuda":
-                torch.cuda.synchronize()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             runs[mode].append(metrics)
     rows = {}
     for mode, epochs in runs.items():

@@ -50,6 +50,8 @@ class StepCostArguments:
 
 
 def _config(model: str, out: Path, args: StepCostArguments, resolution: int):
+    import torch
+
     from paco_grpo.grpo_config import GRPOConfig
 
     prompts = out / "prompts.txt"
@@ -67,7 +69,7 @@ def _config(model: str, out: Path, args: StepCostArguments, resolution: int):
             "rewards": {"panel_colour_agreement": 1.0},
             "aggregator": "weighted_sum",
             "max_sequence_length": 32,
-            "dtype": "bfloat16" if args.device == "cuda" else "float32",
+            "dtype": "bfloat16" if torch.device(args.device).type == "cuda" else "float32",
             "lora_r": 64,
             "lora_alpha": 128,
             "num_train_epochs": 1,
@@ -91,7 +93,9 @@ def measure(args: StepCostArguments) -> dict:
 
     from paco_grpo.grpo_trainer import GRPOTrainer
     from paco_grpo.testing.flux import build_tiny_flux
+    from paco_reward.devices import resolve_device
 
+    device = resolve_device(args.device)  # "cuda" -> this process's GPU, with its index
     tmp = Path(tempfile.mkdtemp(prefix="grpo-cost-"))
     model = args.model
     if model is None:
@@ -106,8 +110,8 @@ def measure(args: StepCostArguments) -> dict:
                 axes_dims_rope=(16, 56, 56),
             )
         model = str(build_tiny_flux(tmp / "flux", seed=0, **overrides))
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    pipe = FluxPipeline.from_pretrained(model, dtype=dtype).to(device)
     trainer = GRPOTrainer(_config(model, tmp, args, 512), pipeline=pipe)
 
     rows = {}
@@ -115,8 +119,8 @@ def measure(args: StepCostArguments) -> dict:
         trainer.config.train.resolution = resolution
         start = time.perf_counter()
         metrics = trainer.run_epoch(0)
-        if args.device == "cuda":
-            torch.cuda.synchronize()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         rows[label] = {
             "resolution": resolution,
             "sampling_s": metrics["time/sampling"],

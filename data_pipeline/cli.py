@@ -71,8 +71,10 @@ def grids(args: GridsArguments) -> int:
         import torch
         from diffusers import DiffusionPipeline
 
+        from paco_reward.devices import resolve_device
+
         pipe = DiffusionPipeline.from_pretrained(args.pipeline, dtype=getattr(torch, args.dtype))
-        pipe = pipe.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        pipe = pipe.to(resolve_device(args.device))  # None / "cuda": this process's GPU
         kwargs = {"num_inference_steps": args.steps, "guidance_scale": args.guidance_scale}
         if args.max_sequence_length:
             kwargs["max_sequence_length"] = args.max_sequence_length

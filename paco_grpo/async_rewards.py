@@ -15,6 +15,12 @@ a reward re-raises in the trainer thread (at the next :meth:`~AsyncRewardRunner.
 or when its batch is collected) with a note naming the reward; NaN items pass through and
 are counted by the trainer.
 
+Devices: a new thread's current CUDA device is GPU 0, whatever the process's is. Rewards
+keep their own device with its index (``cuda:3``) and move their inputs there; for a
+library that uses the current device instead, ``AsyncRewardRunner(rewards, device=...)``
+makes that CUDA device current in the loop thread and in every worker thread the rewards
+run in (nothing is set for a CPU device or ``None``).
+
     >>> import numpy as np
     >>> ones = lambda images, prompts, metadata: np.ones(len(images))
     >>> with AsyncRewardRunner({"ones": ones}) as runner:
@@ -34,12 +40,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from paco_grpo.rewards import Reward, acall_reward, check_scores
+from paco_reward.devices import resolve_device
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncRewardRunner", "RewardBatch", "compute_rewards"]
+__all__ = ["AsyncRewardRunner", "RewardBatch", "compute_rewards", "thread_cuda_device"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,31 @@ class RewardBatch:
 
     scores: dict[str, np.ndarray]
     seconds: float
+
+
+def thread_cuda_device(device: torch.device | None) -> torch.device | None:
+    """The CUDA device a reward thread makes current for ``device``, or ``None`` to set none:
+    ``None``, a CPU (or other non-CUDA) device, or a machine without CUDA sets nothing.
+
+    Example:
+        >>> thread_cuda_device(torch.device("cpu")) is None
+        True
+    """
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return device
+
+
+def _bind_thread(device: torch.device | None) -> None:
+    """Make ``device`` the calling thread's current CUDA device (see :func:`thread_cuda_device`).
+
+    The current device is per thread: this runs at the start of the runner's loop thread and
+    of each of its worker threads. (The CUDA branch runs on GPU machines only; on CPU the
+    tests check the decision and, with ``set_device`` recorded, that each thread makes it.)
+    """
+    target = thread_cuda_device(device)
+    if target is not None:
+        torch.cuda.set_device(target)
 
 
 def _annotate(err: BaseException, name: str) -> None:
@@ -91,18 +124,42 @@ class AsyncRewardRunner:
     Args:
         rewards: ``{name: reward}``; rewards with an ``acall`` are awaited, plain callables
             run in a worker thread.
+        device: keyword-only; this process's device (the trainer passes
+            ``accelerator.device``). When it is a CUDA device (and CUDA is available) the
+            loop thread and every worker thread make it their current CUDA device, so a
+            reward that relies on the current device lands on it too; a bare ``"cuda"`` is
+            this process's GPU. ``None`` (default) or a CPU device: nothing is set.
 
     Use as a context manager (or call :meth:`close`); the thread is a daemon either way.
 
     Example:
-        >>> runner = AsyncRewardRunner(rewards)                       # doctest: +SKIP
-        >>> futures = [runner.submit(imgs, prompts, meta) for ...]    # doctest: +SKIP
-        >>> batches = [f.result() for f in futures]                   # doctest: +SKIP
+        >>> runner = AsyncRewardRunner(rewards, device=accelerator.device)  # doctest: +SKIP
+        >>> futures = [runner.submit(imgs, prompts, meta) for ...]          # doctest: +SKIP
+        >>> batches = [f.result() for f in futures]                         # doctest: +SKIP
     """
 
-    def __init__(self, rewards: dict[str, Reward]) -> None:
+    def __init__(
+        self, rewards: dict[str, Reward], *, device: str | torch.device | None = None
+    ) -> None:
         self.rewards = dict(rewards)
+        self.device = resolve_device(device) if device is not None else None
+        target = thread_cuda_device(self.device)
+        if target is not None and not 0 <= (target.index or 0) < torch.cuda.device_count():
+            # checked here: set_device failing in the loop thread would leave it dead
+            raise ValueError(
+                f"AsyncRewardRunner device={device!r} is not a GPU of this process "
+                f"({torch.cuda.device_count()} visible); pass accelerator.device."
+            )
         self._loop = asyncio.new_event_loop()
+        # asyncio.to_thread (in-process rewards) runs in the loop's default executor: its
+        # threads make the device current as they start
+        self._loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(
+                thread_name_prefix="paco-grpo-reward",
+                initializer=_bind_thread,
+                initargs=(self.device,),
+            )
+        )
         self._thread = threading.Thread(target=self._run, name="paco-grpo-rewards", daemon=True)
         self._futures: list[concurrent.futures.Future] = []
         self._locks: dict[str, asyncio.Lock] = {}
@@ -110,6 +167,7 @@ class AsyncRewardRunner:
         self._thread.start()
 
     def _run(self) -> None:
+        _bind_thread(self.device)
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 

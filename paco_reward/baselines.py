@@ -105,7 +105,8 @@ class CLIPImageScorer(_EmbeddingScorer):
         model_name_or_path: any ``transformers`` CLIP checkpoint (folder or hub id), e.g.
             ``openai/clip-vit-large-patch14`` or a folder from
             :func:`paco_reward.testing.clip.build_tiny_clip`.
-        device: defaults to CUDA when available, else CPU.
+        device: defaults to this process's device (``cuda:<LOCAL_RANK>`` when CUDA is
+            available, else the CPU; see :mod:`paco_reward.devices`).
         dtype: defaults to float32.
         batch_size: images per forward pass.
 
@@ -125,9 +126,11 @@ class CLIPImageScorer(_EmbeddingScorer):
         import torch
         from transformers import CLIPImageProcessor, CLIPModel
 
+        from paco_reward.devices import resolve_device
+
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1.")
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(device)
         self.dtype = dtype or torch.float32
         self.model = CLIPModel.from_pretrained(model_name_or_path, dtype=self.dtype)
         self.model.to(self.device).eval()
@@ -196,7 +199,7 @@ class DreamSimScorer(_EmbeddingScorer):
     Args:
         cache_dir: where DreamSim keeps its weights (``dreamsim(pretrained=True, cache_dir=...)``
             downloads them there on first use).
-        device: defaults to CUDA when available, else CPU.
+        device: defaults to this process's device (see :mod:`paco_reward.devices`).
         dino_type: DreamSim backbone, e.g. ``"ensemble"`` (default).
 
     Example:
@@ -209,11 +212,14 @@ class DreamSimScorer(_EmbeddingScorer):
         self, cache_dir: str | Path = "./models", device=None, dino_type: str = "ensemble"
     ) -> None:
         dreamsim = _require("dreamsim", "DreamSimScorer", "dreamsim")
-        import torch
+        from paco_reward.devices import resolve_device
 
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device(device)
         self.model, self._preprocess = dreamsim.dreamsim(
-            pretrained=True, cache_dir=str(cache_dir), device=self.device, dreamsim_type=dino_type
+            pretrained=True,
+            cache_dir=str(cache_dir),
+            device=str(self.device),
+            dreamsim_type=dino_type,
         )
 
     def _embed(self, images: list[Image.Image]) -> np.ndarray:
@@ -231,15 +237,20 @@ class DreamSimScorer(_EmbeddingScorer):
 class OpenCLIPScorer(_EmbeddingScorer):
     """Cosine similarity of ``open_clip`` image embeddings (needs ``pip install open_clip_torch``).
 
+    Args:
+        model_name: an open_clip architecture, e.g. ``"ViT-B-32"``.
+        pretrained: its weights tag, e.g. ``"laion2b_s34b_b79k"``.
+        device: defaults to this process's device (see :mod:`paco_reward.devices`).
+
     Example:
         >>> OpenCLIPScorer("ViT-B-32", "laion2b_s34b_b79k").score_pairs(pairs)  # doctest: +SKIP
     """
 
     def __init__(self, model_name: str, pretrained: str | None = None, device=None) -> None:
         open_clip = _require("open_clip", "OpenCLIPScorer", "open_clip_torch")
-        import torch
+        from paco_reward.devices import resolve_device
 
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device(device)
         self.model, _, self._preprocess = open_clip.create_model_and_transforms(
             model_name, pretrained=pretrained, device=self.device
         )

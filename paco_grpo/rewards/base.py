@@ -139,10 +139,3 @@ def grid_panels(
     """Cut ``image`` into its panels (row-major RGB PIL images)."""
     rows, cols = grid_layout(prompt, meta, default_layout)
     return split_grid(load_image(image, f"images[{k}]"), rows, cols, f"images[{k}]")
-
-
-def resolve_device(device: Any = None):
-    """``torch.device``: the one given, else CUDA when available, else CPU."""
-    import torch
-
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -10,6 +10,13 @@ Long texts: CLIP reads at most ``max_position_embeddings`` tokens (77). With
 ``long_text="truncate"`` (default) longer texts keep their first 77 tokens (end token
 kept) and a warning says so once per reward; ``long_text="split"`` cuts the text into
 77-token chunks and averages the similarity over the chunks.
+
+Devices: each reward keeps its model on ``reward.device``, a ``torch.device`` with its
+index (``cuda:3``, never a bare ``cuda``: a bare ``"cuda"`` or ``None`` resolves to this
+process's GPU, ``cuda:<LOCAL_RANK>``, through :func:`paco_reward.devices.resolve_device`),
+and moves every input there, so scoring in a worker thread (whose current CUDA device is 0)
+still runs on the process's own GPU. :func:`~paco_grpo.rewards.build_rewards` passes the
+trainer's ``accelerator.device``.
 """
 
 from __future__ import annotations
@@ -17,14 +24,18 @@ from __future__ import annotations
 import logging
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paco_grpo.rewards.base import BaseReward, grid_panels, resolve_device
+from paco_grpo.rewards.base import BaseReward, grid_panels
+from paco_reward.devices import resolve_device
 from paco_reward.errors import PacoError, PromptError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger("paco_grpo.rewards")
 
@@ -40,7 +51,9 @@ class CLIPEncoder:
     Args:
         model_name_or_path: CLIP checkpoint folder or hub id.
         processor_name_or_path: processor folder or hub id (default: the model's).
-        device: defaults to CUDA when available, else CPU.
+        device: where the model runs (``"cuda:1"``, ``torch.device("cpu")``, ...); a bare
+            ``"cuda"`` or ``None`` (default) is this process's device, ``cuda:<LOCAL_RANK>``
+            when CUDA is available, else CPU. Kept, with its index, as ``self.device``.
         dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``.
         batch_size: images or text chunks per forward pass.
         long_text: ``"truncate"`` or ``"split"`` (see the module docstring).
@@ -51,13 +64,15 @@ class CLIPEncoder:
         >>> enc = CLIPEncoder("openai/clip-vit-base-patch32")            # doctest: +SKIP
         >>> enc.image_embeddings([img]).shape                             # doctest: +SKIP
         (1, 512)
+        >>> CLIPEncoder("openai/clip-vit-base-patch32", device="cuda").device  # doctest: +SKIP
+        device(type='cuda', index=0)
     """
 
     def __init__(
         self,
         model_name_or_path: str | Path,
         processor_name_or_path: str | Path | None = None,
-        device: Any = None,
+        device: str | torch.device | None = None,
         dtype: str = "float32",
         batch_size: int = 16,
         long_text: str = "truncate",
@@ -182,7 +197,7 @@ class _CLIPReward(BaseReward):
         model: str | Path,
         processor: str | Path | None = None,
         *,
-        device: Any = None,
+        device: str | torch.device | None = None,
         dtype: str = "float32",
         batch_size: int = 16,
         long_text: str = "truncate",
@@ -199,6 +214,11 @@ class _CLIPReward(BaseReward):
             warn_long_text=warn_long_text,
             owner=self.name,
         )
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the reward's model, with its index (``cuda:3``, ``cpu``)."""
+        return self.encoder.device
 
 
 class CLIPTextReward(_CLIPReward):
@@ -234,9 +254,11 @@ class CLIPTextReward(_CLIPReward):
         processor: str | Path | None = None,
         layout: str | None = None,
         global_description: bool = False,
+        *,
+        device: str | torch.device | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, processor, **kwargs)
+        super().__init__(model, processor, device=device, **kwargs)
         self.layout = layout
         self.global_description = bool(global_description)
 
@@ -296,9 +318,11 @@ class CLIPImageReward(_CLIPReward):
         model: str | Path = "openai/clip-vit-large-patch14",
         processor: str | Path | None = None,
         layout: str | None = None,
+        *,
+        device: str | torch.device | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, processor, **kwargs)
+        super().__init__(model, processor, device=device, **kwargs)
         self.layout = layout
 
     def score(self, images, prompts, metadata) -> np.ndarray:
@@ -348,11 +372,13 @@ class PickScoreReward(_CLIPReward):
         model: str | Path = "yuvalkirstain/PickScore_v1",
         processor: str | Path | None = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
         scale: float = 26.0,
+        *,
+        device: str | torch.device | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(scale, (int, float)) or scale <= 0:
             raise ValueError(f"pickscore scale must be a number > 0 (default 26); got {scale!r}.")
-        super().__init__(model, processor, **kwargs)
+        super().__init__(model, processor, device=device, **kwargs)
         self.scale = float(scale)
 
     def score(self, images, prompts, metadata) -> np.ndarray:

@@ -8,6 +8,13 @@ trainer fails at start-up, not at its first reward), or as a ready ``PacoReward`
 A batch is turned into one list of image pairs and scored with **one** ``score_pairs`` call
 (``ascore_pairs`` when awaited): each distinct panel is encoded once and a remote evaluator
 sees every request of the batch at once.
+
+Devices: an in-process evaluator (transformers backend) is loaded on ``device`` with its
+index (a bare ``"cuda"`` or ``None`` is this process's GPU, ``cuda:<LOCAL_RANK>``, through
+:func:`paco_reward.devices.resolve_device`); its inputs follow its model there, so scoring
+in a worker thread runs on the process's own GPU. A served evaluator (``server_url=``), an
+in-process vLLM one (``backend="vllm"``, which places itself) and a ready ``PacoReward``
+ignore ``device``; ``reward.device`` is then the ready model's device, or ``None``.
 """
 
 from __future__ import annotations
@@ -17,14 +24,18 @@ import math
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from paco_grpo.rewards.base import BaseReward, grid_panels
+from paco_reward.devices import resolve_device
 from paco_reward.errors import PacoError, PromptError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward", "load_evaluator"]
 
@@ -36,6 +47,8 @@ def load_evaluator(
     adapter: str | Path | None = None,
     server_url: str | Sequence[str] | None = None,
     api_key: str | None = None,
+    *,
+    device: str | torch.device | None = None,
     **kwargs: Any,
 ):
     """A :class:`paco_reward.PacoReward` from a ready instance, a server or a model path/id.
@@ -47,7 +60,11 @@ def load_evaluator(
         server_url: API root of ``paco-reward serve`` / ``vllm serve`` (``http://host:8000/v1``),
             or a list of replicas' API roots (spread over, a dead replica left out).
         api_key: bearer token for the server.
-        **kwargs: passed to ``from_pretrained`` (device, dtype, batch_size, ...) or
+        device: where an in-process (transformers) evaluator is loaded; a bare ``"cuda"`` or
+            ``None`` (default) is this process's device (``cuda:<LOCAL_RANK>``, else CPU).
+            Ignored for a ready ``PacoReward``, a server and ``backend="vllm"`` (vLLM places
+            itself), so a process-wide default can be passed to every evaluator.
+        **kwargs: passed to ``from_pretrained`` (dtype, batch_size, backend, ...) or
             ``from_server`` (max_concurrency, timeout, retries, ...).
 
     Raises:
@@ -56,6 +73,8 @@ def load_evaluator(
 
     Example:
         >>> rm = load_evaluator("PaCo-Reward-7B", server_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
+        >>> load_evaluator("X-GenGroup/PaCo-Reward-7B", device="cuda:1").backend.device  # doctest: +SKIP
+        device(type='cuda', index=1)
     """
     from paco_reward import PacoReward
 
@@ -68,7 +87,16 @@ def load_evaluator(
                 "or drop server_url to load it in-process."
             )
         return PacoReward.from_server(server_url, model=str(model), api_key=api_key, **kwargs)
-    return PacoReward.from_pretrained(model, adapter=adapter, **kwargs)
+    if kwargs.get("backend", "transformers") == "vllm":
+        return PacoReward.from_pretrained(model, adapter=adapter, **kwargs)
+    return PacoReward.from_pretrained(
+        model, adapter=adapter, device=resolve_device(device), **kwargs
+    )
+
+
+def _evaluator_device(evaluator) -> torch.device | None:
+    """The device of an in-process evaluator's model; ``None`` for a server or vLLM."""
+    return getattr(evaluator.backend, "device", None)
 
 
 def _is_remote(evaluator) -> bool:
@@ -122,7 +150,9 @@ class ConsistencyReward(BaseReward):
         layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         template: ``"consistency"`` (theme) or ``"criteria"``.
         symmetric: score both panel orders and average (position-bias control).
-        **load_kwargs: for :func:`load_evaluator` (device, dtype, batch_size, timeout, ...).
+        device: where an in-process evaluator is loaded (see :func:`load_evaluator`); kept
+            with its index as ``self.device`` (``None`` for a served evaluator).
+        **load_kwargs: for :func:`load_evaluator` (dtype, batch_size, timeout, ...).
 
     Example:
         >>> reward = ConsistencyReward("X-GenGroup/PaCo-Reward-7B")      # doctest: +SKIP
@@ -141,6 +171,8 @@ class ConsistencyReward(BaseReward):
         layout: str | None = None,
         template: str = "consistency",
         symmetric: bool = False,
+        *,
+        device: str | torch.device | None = None,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -149,7 +181,10 @@ class ConsistencyReward(BaseReward):
                 f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
                 f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
             )
-        self.evaluator = load_evaluator(model, adapter, server_url, api_key, **load_kwargs)
+        self.evaluator = load_evaluator(
+            model, adapter, server_url, api_key, device=device, **load_kwargs
+        )
+        self.device = _evaluator_device(self.evaluator)
         self.layout = layout
         self.template = template
         self.symmetric = bool(symmetric)
@@ -233,7 +268,8 @@ class EditConsistencyReward(BaseReward):
     editing trainer put it in ``metadata["source_image"]``).
 
     Args:
-        model / adapter / server_url / api_key / **load_kwargs: as for :class:`ConsistencyReward`.
+        model / adapter / server_url / api_key / device / **load_kwargs: as for
+            :class:`ConsistencyReward`.
         source_key: metadata key of the source image.
 
     Example:
@@ -251,10 +287,15 @@ class EditConsistencyReward(BaseReward):
         server_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         source_key: str = "source_image",
+        *,
+        device: str | torch.device | None = None,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
-        self.evaluator = load_evaluator(model, adapter, server_url, api_key, **load_kwargs)
+        self.evaluator = load_evaluator(
+            model, adapter, server_url, api_key, device=device, **load_kwargs
+        )
+        self.device = _evaluator_device(self.evaluator)
         self.source_key = source_key
 
     def _plan(self, images, prompts, metadata):

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from benchmarks.grpo_reward_overlap import KnownCostReward
-from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
-from paco_grpo.rewards import PanelColourAgreementReward
+from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards, thread_cuda_device
+from paco_grpo.rewards import REWARDS, BaseReward, PanelColourAgreementReward, build_rewards
+from paco_reward.devices import resolve_device
 
 
 def _batches(n: int, size: int = 4, seed: int = 0):
@@ -130,6 +131,107 @@ def test_acall_reward_runs_plain_callables_in_a_thread():
 
     out = asyncio.run(acall_reward(reward, [1, 2], ["a", "b"], [{}, {}]))
     assert out.tolist() == [0.0, 0.0] and seen and seen[0] != main
+
+
+# ---------------------------------------------------------------------------- devices
+class _DeviceProbe(BaseReward):
+    """A reward holding a "model": records, inside its call, the device it was given, the
+    devices of the tensors it received and of its inputs once moved to its device, and the
+    thread it ran in."""
+
+    name = "device_probe"
+
+    def __init__(self, *, device: str | torch.device | None = None) -> None:
+        super().__init__()
+        self.device = resolve_device(device)
+        self.calls: list[dict] = []
+
+    def score(self, images, prompts, metadata) -> np.ndarray:
+        self.calls.append(
+            {
+                "device": self.device,
+                "received": {img.device for img in images},
+                "moved": {img.to(self.device).device for img in images},
+                "thread": threading.current_thread().name,
+            }
+        )
+        return np.array([float(img.mean()) for img in images])
+
+
+@pytest.fixture
+def probe_registered(monkeypatch):
+    """``device_probe`` in the registry for this test only."""
+    monkeypatch.setitem(REWARDS, "device_probe", _DeviceProbe)
+
+
+def test_rewards_get_the_process_device_through_build_rewards_and_the_runner(probe_registered):
+    cpu = torch.device("cpu")
+    rewards = build_rewards(
+        {"device_probe": 1.0, "panel_colour_agreement": 1.0},  # the colour reward takes none
+        {"panel_colour_agreement": {"layout": "2x2"}},
+        device=cpu,
+    )
+    batches = _batches(2)
+    with AsyncRewardRunner(rewards, device=cpu) as runner:
+        results = [runner.submit(b, ["p"] * 4, [{}] * 4).result() for b in batches]
+    probe = rewards["device_probe"]
+    assert len(probe.calls) == 2
+    for call in probe.calls:
+        assert call["device"] == cpu
+        assert call["received"] == {cpu} and call["moved"] == {cpu}
+        assert call["thread"].startswith("paco-grpo-reward_")  # the runner's worker thread
+    np.testing.assert_array_equal(
+        results[0].scores["panel_colour_agreement"],
+        PanelColourAgreementReward(layout="2x2")(batches[0], ["p"] * 4, [{}] * 4),
+    )
+
+
+def test_a_device_in_reward_kwargs_wins_over_the_process_device(probe_registered):
+    # construction only: a CUDA device object needs no GPU until a tensor goes there
+    rewards = build_rewards(
+        {"device_probe": 1.0}, {"device_probe": {"device": "cpu"}}, device="cuda:1"
+    )
+    assert rewards["device_probe"].device == torch.device("cpu")
+    default = build_rewards({"device_probe": 1.0}, device="cuda:1")["device_probe"]
+    assert default.device == torch.device("cuda", 1)
+
+
+def test_the_runner_sets_the_current_cuda_device_only_for_a_cuda_device(monkeypatch):
+    # The real torch.cuda.set_device runs on GPU machines only (there the tests run on a
+    # CUDA device too); here CUDA is faked and set_device recorded, so the decision and
+    # the threads that make it are checked on CPU.
+    assert thread_cuda_device(None) is None
+    assert thread_cuda_device(torch.device("cpu")) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert thread_cuda_device(torch.device("cuda", 3)) is None  # no CUDA: nothing to set
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(
+        torch.cuda, "set_device", lambda d: calls.append((threading.current_thread().name, d))
+    )
+    assert thread_cuda_device(torch.device("cuda", 3)) == torch.device("cuda", 3)
+    ran_in = []
+
+    def reward(images, prompts, metadata):  # a plain callable: runs in a worker thread
+        ran_in.append(threading.current_thread().name)
+        return np.zeros(len(images))
+
+    with AsyncRewardRunner({"r": reward}, device=torch.device("cpu")) as runner:
+        runner.submit([0], ["p"], [{}]).result()
+    assert calls == [] and ran_in  # a CPU device sets nothing
+
+    with AsyncRewardRunner({"r": reward}, device="cuda:3") as runner:
+        assert runner.device == torch.device("cuda", 3)
+        runner.submit([0], ["p"], [{}]).result()
+    cuda3 = torch.device("cuda", 3)
+    assert ("paco-grpo-rewards", cuda3) in calls  # the loop thread
+    assert (ran_in[-1], cuda3) in calls  # the worker thread the reward ran in
+    assert all(d == cuda3 for _, d in calls)
+
+    with pytest.raises(ValueError, match=r"device='cuda:7' is not a GPU of this process \(4"):
+        AsyncRewardRunner({"r": reward}, device="cuda:7")
 
 
 # ---------------------------------------------------------------------------- trainer

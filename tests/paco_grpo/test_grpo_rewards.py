@@ -101,6 +101,26 @@ def test_registry_resolves_names_and_lists_valid_ones():
         build_rewards({"nope": 1.0, "panel_colour_agreement": 1.0})
 
 
+def test_every_reward_holding_a_model_takes_a_device_by_name():
+    """build_rewards passes the process's device to the rewards whose constructor names a
+    ``device`` parameter: every built-in reward with a model, none without."""
+    import inspect
+
+    from paco_grpo.rewards.registry import _takes_device
+
+    holding_a_model = {"clip_t", "pickscore", "clip_i", "consistency", "edit_consistency"}
+    assert {name for name, cls in REWARDS.items() if _takes_device(cls)} == holding_a_model
+    for name in holding_a_model:
+        parameter = inspect.signature(REWARDS[name]).parameters["device"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None
+    # a reward without a model is built as before, the process's device left out
+    reward = build_reward("panel_colour_agreement", device=torch.device("cpu"), layout="1x2")
+    assert reward.layout == "1x2" and not hasattr(reward, "device")
+    assert list(build_rewards({"panel_colour_agreement": 1.0}, device="cuda:1")) == [
+        "panel_colour_agreement"
+    ]
+
+
 def test_load_t2is_and_text(tmp_path):
     items = load_prompts("recipes/data/t2is_train_metadata.jsonl")
     assert len(items) == 150 and len({i.id for i in items}) == 150

@@ -12,7 +12,13 @@ import torch
 from PIL import Image
 from transformers import CLIPModel, CLIPProcessor
 
-from paco_grpo.rewards import CLIPImageReward, CLIPTextReward, PickScoreReward, build_reward
+from paco_grpo.rewards import (
+    CLIPImageReward,
+    CLIPTextReward,
+    PickScoreReward,
+    build_reward,
+    build_rewards,
+)
 from paco_reward.grids import split_grid
 from paco_reward.testing.clip import build_tiny_clip
 from paco_reward.testing.pickscore import build_tiny_pickscore
@@ -234,3 +240,36 @@ def test_a_1x4_text_prompt_is_cut_1x4_by_the_clip_rewards(clip_dir, hand, tmp_pa
     clip_t = CLIPTextReward(clip_dir, layout="2x2")([strip], [item.prompt], [item.metadata])
     expected_t = np.mean([e @ hand.text(d) for e, d in zip(emb, DESCRIPTIONS)])
     np.testing.assert_allclose(clip_t, [expected_t], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        "meta",  # a device no default would pick: proves the device is passed, on any machine
+        pytest.param(
+            "cuda",  # a bare "cuda" is this process's GPU, with its index (GPU machines only)
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ),
+    ],
+)
+def test_build_rewards_puts_the_clip_model_on_the_process_device(clip_dir, device):
+    from paco_grpo.async_rewards import AsyncRewardRunner
+    from paco_reward.devices import resolve_device
+
+    rewards = build_rewards(
+        {"clip_i": 1.0, "panel_colour_agreement": 1.0},
+        {"clip_i": {"model": str(clip_dir)}},
+        device=device,
+    )
+    reward, want = rewards["clip_i"], resolve_device(device)
+    assert reward.device == want and reward.encoder.device == want
+    assert want.type != "cuda" or want.index is not None
+    assert {p.device for p in reward.encoder.model.parameters()} == {want}
+    if want.type == "meta":
+        return
+    grids = _grids(2, seed=3)
+    expected = CLIPImageReward(clip_dir, device="cpu")(grids, [PROMPT] * 2, [{}] * 2)
+    with AsyncRewardRunner(rewards, device=device) as runner:  # scored in a worker thread
+        batch = runner.submit(grids, [PROMPT] * 2, [{}] * 2).result()
+    np.testing.assert_allclose(batch.scores["clip_i"], expected, rtol=1e-4, atol=1e-5)

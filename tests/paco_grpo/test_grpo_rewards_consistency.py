@@ -79,9 +79,12 @@ def test_a_prompt_files_theme_is_the_text_the_pairs_are_scored_under(tiny_reward
     from paco_grpo.data import load_prompts
 
     theme = "Generate multiple images of a red fox."
+    prompt = (  # one marker per panel, as load_prompts requires of a marked prompt
+        f"{PROMPT} [TOP]-[RIGHT]: eating. [BOTTOM]-[LEFT]: running. [BOTTOM]-[RIGHT]: sitting."
+    )
     path = tmp_path / "t2is.jsonl"
     path.write_text(
-        json.dumps({"idx": "0", "prompt": PROMPT, "layout": "2x2", "theme": theme}) + "\n"
+        json.dumps({"idx": "0", "prompt": prompt, "layout": "2x2", "theme": theme}) + "\n"
     )
     (item,) = load_prompts(path)
     grid = _grids(1, seed=5)
@@ -198,10 +201,41 @@ def test_a_1x4_text_prompt_is_cut_1x4_by_the_consistency_reward(tiny_reward, tmp
     from paco_grpo.data import load_prompts
 
     path = tmp_path / "strips.txt"
-    path.write_text("FOUR-PANEL Images with a 1x4 grid layout. A red fox. [PANEL-1]: runs.\n")
+    path.write_text(
+        "FOUR-PANEL Images with a 1x4 grid layout. A red fox. [PANEL-1]: runs. "
+        "[PANEL-2]: sits. [PANEL-3]: jumps. [PANEL-4]: sleeps.\n"
+    )
     (item,) = load_prompts(path, layout="2x2")
     strip = torch.rand(3, 32, 128, generator=torch.Generator().manual_seed(3))
     score = ConsistencyReward(tiny_reward, layout="2x2")([strip], [item.prompt], [item.metadata])
     panels = split_grid(load_image(strip), 1, 4)
     theme = "FOUR-PANEL Images with a 1x4 grid layout. A red fox."
     assert score[0] == pytest.approx(tiny_reward.score_set(panels, theme).mean, rel=1e-6)
+
+
+def test_build_rewards_loads_the_evaluator_on_the_process_device(tiny_model_dir, tiny_reward):
+    (reward,) = build_rewards(
+        {"consistency": 1.0}, {"consistency": {"model": str(tiny_model_dir)}}, device="cpu"
+    ).values()
+    assert reward.device == torch.device("cpu") == reward.evaluator.backend.device
+    assert {p.device for p in reward.evaluator.backend.model.parameters()} == {reward.device}
+    # a ready PacoReward is used as it is: its device is the reward's
+    ready = build_reward("edit_consistency", model=tiny_reward, device="cuda:1")
+    assert ready.evaluator is tiny_reward and ready.device == torch.device("cpu")
+
+
+def test_a_served_evaluator_takes_the_process_device_without_using_it(served):
+    rewards = build_rewards(
+        {"consistency": 1.0, "edit_consistency": 1.0},
+        {
+            "consistency": {"model": "tiny-paco", "server_url": served.base_url},
+            "edit_consistency": {"model": "tiny-paco", "server_url": served.base_url},
+        },
+        device="cuda:1",  # the server owns its device: not passed on, no GPU needed here
+    )
+    assert [r.device for r in rewards.values()] == [None, None]
+    with pytest.raises(RewardLoadError, match=r"reward_kwargs of \['panel_colour_agreement'\]"):
+        build_rewards(
+            {"consistency": 1.0, "panel_colour_agreement": 1.0},
+            {"panel_colour_agreement": {"device": "cpu"}},
+        )
