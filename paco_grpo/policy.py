@@ -16,15 +16,31 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def load_pipeline(config: GRPOConfig, device):
     """``FluxPipeline`` / ``FluxKontextPipeline`` / ``QwenImageEditPipeline`` from
-    ``config.model_name_or_path`` in ``config.dtype``, on ``device``."""
+    ``config.model_name_or_path`` in ``config.dtype``, on ``device``.
+
+    ``config.model_init_kwargs`` go to the pipeline's ``from_pretrained`` (``revision``,
+    ``variant``, ``cache_dir``, ``token``, ``local_files_only``, ``device_map``, ...; see
+    :data:`paco_reward.hub.PIPELINE_KWARGS`). A ``device_map`` naming one device
+    (``"cuda"``, ``"cpu"``) loads the weights there directly, then the pipeline moves to
+    ``device``; one that spreads the components over devices (``"balanced"``) leaves them
+    where it put them.
+
+    Example:
+        >>> pipe = load_pipeline(config, accelerator.device)  # doctest: +SKIP
+    """
     import diffusers
 
     name = (
         EDIT_SAMPLERS[config.pipeline][1] if config.pipeline in EDIT_PIPELINES else "FluxPipeline"
     )
     pipe = getattr(diffusers, name).from_pretrained(
-        config.model_name_or_path, dtype=_DTYPES[config.dtype]
+        config.model_name_or_path,
+        dtype=_DTYPES[config.dtype],
+        **config.model_init_kwargs,
     )
+    device_map = getattr(pipe, "hf_device_map", None)
+    if isinstance(device_map, dict) and len(device_map) > 1:
+        return pipe  # spread over devices by diffusers; .to() would undo (and refuses) it
     return pipe.to(device)
 
 

@@ -17,13 +17,16 @@ computes (the parity test checks it), minus the repeated vision work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
+from paco_reward.devices import default_device, resolve_device
+from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
 from paco_reward.templates import build_messages
 from paco_reward.yes_no import YesNoTokens, yes_probability
@@ -89,8 +92,56 @@ def expand_image_tokens(
     return out
 
 
-def _default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# Strategies of a transformers ``device_map`` (anything else names one device).
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+# Keys of ``model_kwargs`` that ``LocalBackend.from_pretrained`` takes as arguments of its own.
+_OWN_ARGUMENTS = {
+    **{name: f"{name}=" for name in (*HUB_KWARGS, "dtype", "device_map", "attn_implementation")},
+    "torch_dtype": "dtype=",
+    "device": "device= or device_map=",
+}
+
+
+def resolve_device_map(device_map: str | int | torch.device | dict | None):
+    """A transformers ``device_map`` with a bare ``"cuda"`` given this process's index (see
+    :mod:`paco_reward.devices`); strategies (``"auto"``, ...) and dicts are kept as given.
+
+    Example:
+        >>> resolve_device_map("cpu"), resolve_device_map("auto")
+        (device(type='cpu'), 'auto')
+    """
+    if device_map is None or isinstance(device_map, dict) or device_map in DEVICE_MAP_STRATEGIES:
+        return device_map
+    return resolve_device(device_map)
+
+
+def _placements(device_map) -> list[torch.device]:
+    """The devices a ``device_map`` may put weights on (CUDA for a strategy when available)."""
+    if isinstance(device_map, dict):
+        values = [v for v in device_map.values() if v not in ("disk", "meta")]
+    else:
+        values = [device_map]
+    placements = []
+    for value in values:
+        if value in DEVICE_MAP_STRATEGIES:
+            placements.append(default_device())
+        elif isinstance(value, int):
+            placements.append(torch.device("cuda", value))
+        else:
+            placements.append(torch.device(value))
+    return placements
+
+
+def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
+    """bfloat16 when the weights go to a CUDA device, else float32.
+
+    Example:
+        >>> default_dtype(torch.device("cpu")), default_dtype(None, device_map={"": "cpu"})
+        (torch.float32, torch.float32)
+    """
+    targets = _placements(device_map) if device_map is not None else [device]
+    on_cuda = any(t is not None and t.type == "cuda" for t in targets)
+    return torch.bfloat16 if on_cuda else torch.float32
 
 
 class LocalBackend:
@@ -128,33 +179,86 @@ class LocalBackend:
         device: str | torch.device | None = None,
         dtype: torch.dtype | str | None = None,
         *,
+        batch_size: int = 8,
+        canonical_yes_no: bool = True,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
         merge_adapter: bool = True,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        token: str | bool | None = None,
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        device_map: str | int | torch.device | dict | None = None,
         attn_implementation: str | None = None,
-        **kwargs,
+        model_kwargs: Mapping[str, Any] | None = None,
+        adapter_kwargs: Mapping[str, Any] | None = None,
     ) -> LocalBackend:
+        """Load a Qwen2.5-VL evaluator (and optionally a PEFT LoRA ``adapter``) with its
+        processor; the arguments are those of :meth:`paco_reward.PacoReward.from_pretrained`.
+
+        Raises:
+            TypeError: ``model_kwargs`` or ``adapter_kwargs`` holds a key that has its own
+                argument here, or an unknown one.
+            ValueError: both ``device`` and ``device_map`` are given.
+
+        Example:
+            >>> backend = LocalBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",
+            ...                                        device_map="auto")  # doctest: +SKIP
+        """
         from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
-        device = torch.device(device) if device is not None else _default_device()
+        if device is not None and device_map is not None:
+            raise ValueError(
+                f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
+                f"accelerate; got {device_map!r}), not both."
+            )
+        model_kwargs = check_kwargs(model_kwargs, name="model_kwargs", reserved=_OWN_ARGUMENTS)
+        adapter_kwargs = check_kwargs(adapter_kwargs, name="adapter_kwargs", allowed=ADAPTER_KWARGS)
+        hub = hub_kwargs(
+            revision=revision,
+            cache_dir=cache_dir,
+            token=token,
+            local_files_only=local_files_only,
+            trust_remote_code=trust_remote_code,
+        )
+        device_map = resolve_device_map(device_map)
+        device = resolve_device(device) if device_map is None else None
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         if dtype is None:
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        model_kwargs = {"dtype": dtype}
+            dtype = default_dtype(device, device_map)
+        load_kwargs = {**model_kwargs, **hub, "dtype": dtype}
+        if device_map is not None:
+            load_kwargs["device_map"] = device_map
         if attn_implementation:
-            model_kwargs["attn_implementation"] = attn_implementation
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path_or_id), **model_kwargs)
-        processor_source = path_or_id
+            load_kwargs["attn_implementation"] = attn_implementation
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path_or_id), **load_kwargs)
+        processor_source, processor_kwargs = path_or_id, hub
         if adapter is not None:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, str(adapter))
+            # Where to find files applies to the adapter too; its revision is its own.
+            shared = {k: v for k, v in hub.items() if k in ADAPTER_KWARGS and k != "revision"}
+            model = PeftModel.from_pretrained(model, str(adapter), **shared, **adapter_kwargs)
             if merge_adapter:
                 model = model.merge_and_unload()
             if (Path(adapter) / "tokenizer_config.json").is_file():
                 processor_source = adapter
-        processor = AutoProcessor.from_pretrained(str(processor_source))
+                processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
+        processor = AutoProcessor.from_pretrained(str(processor_source), **processor_kwargs)
         name = Path(str(adapter or path_or_id)).name
-        return cls(model.to(device), processor, name=name, **kwargs)
+        if device is not None:
+            model = model.to(device)
+        return cls(
+            model,
+            processor,
+            batch_size=batch_size,
+            canonical_yes_no=canonical_yes_no,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+            name=name,
+        )
 
     @property
     def device(self) -> torch.device:

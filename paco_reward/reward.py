@@ -14,16 +14,17 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
 
 from paco_reward.errors import LayoutError, PromptError
 from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
+from paco_reward.hub import hub_kwargs
 from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
 from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
 from paco_reward.templates import DEFAULT_TEMPLATE, Template, get_template, render_instruction
@@ -121,51 +122,111 @@ class PacoReward:
         max_pixels: int | None = None,
         template: str | Template = DEFAULT_TEMPLATE,
         symmetric: bool = False,
-        **model_kwargs,
+        merge_adapter: bool = True,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        token: str | bool | None = None,
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        device_map: str | int | dict | None = None,
+        attn_implementation: str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
+        adapter_kwargs: Mapping[str, Any] | None = None,
+        **llm_kwargs: Any,
     ) -> PacoReward:
         """Load a merged PaCo-Reward model, or a base model plus a PEFT LoRA ``adapter``.
 
         Args:
             path_or_id: a local folder or hub id of a Qwen2.5-VL model.
-            adapter: optional PEFT LoRA folder/id applied on top (merged for speed;
-                transformers backend only).
-            device: defaults to CUDA when available, else CPU (transformers backend only).
+            adapter: optional PEFT LoRA folder/id applied on top (merged for speed unless
+                ``merge_adapter=False``; transformers backend only).
+            device: one device for the whole model; defaults to this process's device
+                (``cuda:<LOCAL_RANK>`` when CUDA is available, else the CPU; see
+                :mod:`paco_reward.devices`). A bare ``"cuda"`` gets this process's index.
             dtype: defaults to bfloat16 on CUDA, float32 on CPU.
             backend: ``"transformers"`` (default) or ``"vllm"`` (``vllm.LLM`` in-process,
-                exact, same scores; needs ``pip install 'paco-rl[vllm]'``; ``model_kwargs``
-                then go to ``vllm.LLM``).
+                exact, same scores; needs ``pip install 'paco-rl[vllm]'``).
             batch_size: pairs per forward pass (and images per vision pass); vLLM batches a
                 whole call itself.
             canonical_yes_no: sum every case/space variant of Yes/No (default) or use
                 only the exact "Yes"/"No" tokens as the model card does.
             min_pixels / max_pixels: image pixel budget; defaults to the processor's.
+            template / symmetric: defaults of the scoring methods (see the class).
+            revision / cache_dir / token / local_files_only / trust_remote_code: which files
+                to load, as in transformers' ``from_pretrained``; they load the model AND its
+                processor (see :mod:`paco_reward.hub`). ``cache_dir``, ``token`` and
+                ``local_files_only`` apply to the ``adapter`` too (its revision goes in
+                ``adapter_kwargs``). With ``backend="vllm"``, ``revision`` and
+                ``trust_remote_code`` go to ``vllm.LLM`` and ``cache_dir`` is its
+                ``download_dir``.
+            device_map: place the weights with accelerate instead of on one ``device``
+                (``"auto"``, ``"cpu"``, ``{"": 1}``, ...; a bare ``"cuda"`` gets this
+                process's index).
+            attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...
+            model_kwargs: any other keyword argument of
+                ``Qwen2_5_VLForConditionalGeneration.from_pretrained``
+                (``low_cpu_mem_usage``, ``quantization_config``, ``max_memory``, ...);
+                transformers raises on a name it does not take.
+            adapter_kwargs: keyword arguments of ``peft.PeftModel.from_pretrained`` for the
+                adapter, one of :data:`paco_reward.hub.ADAPTER_KWARGS` (``revision``,
+                ``subfolder``, ...).
+            **llm_kwargs: ``backend="vllm"`` only: arguments of ``vllm.LLM``
+                (``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``, ...).
+
+        Raises:
+            TypeError: an unknown keyword argument (``**llm_kwargs`` with the transformers
+                backend), or a ``model_kwargs`` / ``adapter_kwargs`` key that has its own
+                argument or is unknown.
+            ValueError: an unknown ``backend``; both ``device`` and ``device_map``; a
+                transformers-only argument with ``backend="vllm"``.
 
         Example:
+            >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",
+            ...                                 device_map="auto", attn_implementation="sdpa")  # doctest: +SKIP
+            >>> rm = PacoReward.from_pretrained("Qwen/Qwen2.5-VL-7B-Instruct", adapter="my/lora",
+            ...                                 adapter_kwargs={"revision": "v2"})  # doctest: +SKIP
             >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", backend="vllm")  # doctest: +SKIP
         """
         if backend == "vllm":
-            if adapter is not None or device is not None:
-                raise ValueError(
-                    "backend='vllm' takes a merged model folder and picks its own device: merge "
-                    f"the adapter first (paco-reward merge) and drop device= (got adapter="
-                    f"{adapter!r}, device={device!r})."
-                )
-            from paco_reward.vllm_backend import VLLMBackend
-
-            scorer = VLLMBackend.from_pretrained(
+            return cls._from_vllm(
                 path_or_id,
                 dtype=dtype,
                 canonical_yes_no=canonical_yes_no,
                 min_pixels=min_pixels,
                 max_pixels=max_pixels,
-                **model_kwargs,
+                template=template,
+                symmetric=symmetric,
+                hub=hub_kwargs(
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    token=token,
+                    local_files_only=local_files_only,
+                    trust_remote_code=trust_remote_code,
+                ),
+                transformers_only={
+                    "adapter": adapter,
+                    "device": device,
+                    "device_map": device_map,
+                    "attn_implementation": attn_implementation,
+                    "model_kwargs": model_kwargs,
+                    "adapter_kwargs": adapter_kwargs,
+                },
+                llm_kwargs=llm_kwargs,
             )
-            return cls(scorer, template=template, symmetric=symmetric)
         if backend != "transformers":
             raise ValueError(f"backend must be 'transformers' or 'vllm'; got {backend!r}.")
+        if llm_kwargs:
+            raise TypeError(
+                f"PacoReward.from_pretrained() got unexpected keyword argument(s) "
+                f"{sorted(llm_kwargs)}. The transformers backend loads with revision=, "
+                "cache_dir=, token=, local_files_only=, trust_remote_code=, device_map= and "
+                "attn_implementation=; any other argument of the model's from_pretrained goes "
+                "in model_kwargs={...}, the adapter's in adapter_kwargs={...}. Other keyword "
+                "arguments are vllm.LLM's, for backend='vllm'."
+            )
         from paco_reward.local_backend import LocalBackend
 
-        backend = LocalBackend.from_pretrained(
+        scorer = LocalBackend.from_pretrained(
             path_or_id,
             adapter=adapter,
             device=device,
@@ -174,9 +235,75 @@ class PacoReward:
             canonical_yes_no=canonical_yes_no,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
-            **model_kwargs,
+            merge_adapter=merge_adapter,
+            revision=revision,
+            cache_dir=cache_dir,
+            token=token,
+            local_files_only=local_files_only,
+            trust_remote_code=trust_remote_code,
+            device_map=device_map,
+            attn_implementation=attn_implementation,
+            model_kwargs=model_kwargs,
+            adapter_kwargs=adapter_kwargs,
         )
-        return cls(backend, template=template, symmetric=symmetric)
+        return cls(scorer, template=template, symmetric=symmetric)
+
+    @classmethod
+    def _from_vllm(
+        cls,
+        path_or_id,
+        *,
+        dtype,
+        canonical_yes_no,
+        min_pixels,
+        max_pixels,
+        template,
+        symmetric,
+        hub: dict[str, Any],
+        transformers_only: dict[str, Any],
+        llm_kwargs: dict[str, Any],
+    ) -> PacoReward:
+        """``from_pretrained(backend="vllm")``: the hub arguments under vllm.LLM's names."""
+        if transformers_only["adapter"] is not None or transformers_only["device"] is not None:
+            raise ValueError(
+                "backend='vllm' takes a merged model folder and picks its own device: merge "
+                f"the adapter first (paco-reward merge) and drop device= (got adapter="
+                f"{transformers_only['adapter']!r}, device={transformers_only['device']!r})."
+            )
+        given = sorted(name for name, value in transformers_only.items() if value is not None)
+        no_equivalent = sorted({"token", "local_files_only"} & set(hub))
+        if given or no_equivalent:
+            raise ValueError(
+                f"backend='vllm' does not take {given + no_equivalent}: vllm.LLM places and "
+                "builds the model itself (pass its own arguments as keywords, e.g. "
+                "gpu_memory_utilization=0.5) and reads the hub token and offline mode from "
+                "the environment (HF_TOKEN, HF_HUB_OFFLINE=1). Use backend='transformers' "
+                "for these arguments."
+            )
+        # vllm.LLM's names for them (it downloads into download_dir).
+        renamed = {
+            "revision": "revision",
+            "trust_remote_code": "trust_remote_code",
+            "cache_dir": "download_dir",
+        }
+        for name, value in hub.items():
+            if renamed[name] in llm_kwargs:
+                raise TypeError(
+                    f"{name}={value!r} and {renamed[name]}={llm_kwargs[renamed[name]]!r} name "
+                    "the same vllm.LLM argument; give one."
+                )
+            llm_kwargs[renamed[name]] = value
+        from paco_reward.vllm_backend import VLLMBackend
+
+        scorer = VLLMBackend.from_pretrained(
+            path_or_id,
+            dtype=dtype,
+            canonical_yes_no=canonical_yes_no,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+            **llm_kwargs,
+        )
+        return cls(scorer, template=template, symmetric=symmetric)
 
     @classmethod
     def from_server(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
+from paco_reward.hub import HUB_KWARGS
 from paco_reward.training.sft_config import (
     LM_LINEAR_LAYERS,
     TOY_DATASET,
@@ -30,6 +32,7 @@ __all__ = [
     "load_pair_dataset_dict",
     "load_pair_datasets",
     "lora_config",
+    "model_init_kwargs",
 ]
 
 
@@ -85,10 +88,40 @@ def lora_config(args: PacoSFTConfig):
     )
 
 
+def model_init_kwargs(args: PacoSFTConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments of the model's ``from_pretrained`` (``model_init_kwargs``, the
+    dtype, attention kernel and ``trust_remote_code``) and of the processor's (the hub ones
+    among them, so model and processor come from the same revision).
+
+    ``device_map`` is dropped when several processes train: each holds its own copy, which
+    the trainer places on the process's device.
+
+    Example:
+        >>> cfg = PacoSFTConfig(output_dir="out", model_init_kwargs={"revision": "v1", "low_cpu_mem_usage": True})
+        >>> model_init_kwargs(cfg)[1]
+        {'revision': 'v1'}
+    """
+    kwargs = dict(args.model_init_kwargs or {})
+    if "device_map" in kwargs and args.world_size > 1:
+        logger.warning(
+            "model_init_kwargs.device_map=%r is ignored: %d processes train, each on its own "
+            "device. Remove device_map from the recipe to silence this.",
+            kwargs.pop("device_map"),
+            args.world_size,
+        )
+    if args.trust_remote_code:
+        kwargs["trust_remote_code"] = True
+    hub = {name: kwargs[name] for name in HUB_KWARGS if name in kwargs}
+    kwargs["dtype"] = args.torch_dtype
+    if args.attn_implementation:
+        kwargs["attn_implementation"] = args.attn_implementation
+    return kwargs, hub
+
+
 def load_model_and_processor(args: PacoSFTConfig):
     """Load Qwen2.5-VL and its processor. With LoRA every weight is frozen (the trainer adds
     the adapter from :func:`lora_config`); without, the vision tower and merger are frozen as
-    configured.
+    configured. The loading arguments are :func:`model_init_kwargs`'.
 
     Returns:
         ``(model, processor)``.
@@ -97,11 +130,9 @@ def load_model_and_processor(args: PacoSFTConfig):
 
     path = build_or_locate_model(args)
     lora_target_regex(args)  # an unknown target fails before the weights load
-    kwargs = {"dtype": args.torch_dtype}
-    if args.attn_implementation:
-        kwargs["attn_implementation"] = args.attn_implementation
+    kwargs, hub = model_init_kwargs(args)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, **kwargs)
-    processor = AutoProcessor.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path, **hub)
     visual = model.model.visual
     if args.use_lora:
         model.requires_grad_(False)

@@ -16,9 +16,11 @@ recipe maps 1:1 onto these fields (see ``recipes/``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import SFTConfig
 
+from paco_reward.hub import check_kwargs
 from paco_reward.training.loss import LOSS_MODES
 
 TOY_DATASET = "toy-colour-pairs"
@@ -27,6 +29,13 @@ MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # ``language_model`` so the vision tower's identically named MLP layers are left alone.
 LM_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 VISION_LINEAR_LAYERS = ("qkv", "proj", "gate_proj", "up_proj", "down_proj")
+# model_init_kwargs keys that are fields of their own, and the field to set instead.
+MODEL_INIT_RESERVED = {
+    "dtype": "the model_dtype field",
+    "torch_dtype": "the model_dtype field",
+    "attn_implementation": "the attn_implementation field",
+    "trust_remote_code": "the trust_remote_code field",
+}
 
 
 @dataclass
@@ -88,6 +97,25 @@ class PacoSFTConfig(SFTConfig):
         default=None,
         metadata={
             "help": "Attention kernel ('sdpa', 'flash_attention_2', 'eager'); None = default."
+        },
+    )
+    model_init_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Other keyword arguments of Qwen2_5_VLForConditionalGeneration."
+            "from_pretrained (trl's name), e.g. {revision: v1.0, device_map: auto, "
+            "low_cpu_mem_usage: true}. The hub ones (revision, cache_dir, token, "
+            "local_files_only) load the processor too. The dtype and attention kernel are "
+            "model_dtype and attn_implementation; device_map is dropped when several "
+            "processes train. Keep a hub token in HF_TOKEN, not here: the config is saved "
+            "with the run."
+        },
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the model repository's own code; passed to the model's and the "
+            "processor's from_pretrained."
         },
     )
     # ------------------------------------------------------------------ LoRA / freezing
@@ -232,6 +260,16 @@ class PacoSFTConfig(SFTConfig):
             )
         if self.eval_split == "":
             self.eval_split = None
+        # After super().__post_init__, which parses a JSON string into a dict.
+        self.model_init_kwargs = (
+            check_kwargs(
+                self.model_init_kwargs,
+                name="model_init_kwargs",
+                reserved=MODEL_INIT_RESERVED,
+                error=ValueError,
+            )
+            or None
+        )
 
     @property
     def torch_dtype(self):

@@ -1,0 +1,147 @@
+"""Where and how ``from_pretrained`` loads a model: the keyword arguments every loader of the
+library forwards to transformers, peft and diffusers.
+
+Every loader (:meth:`paco_reward.PacoReward.from_pretrained`, the SFT trainer's
+:func:`~paco_reward.training.loading.load_model_and_processor`, the GRPO policy's
+``load_pipeline``) takes two kinds of loading arguments, as ``transformers.pipeline`` does:
+
+- **hub arguments** (:data:`HUB_KWARGS`: ``revision``, ``cache_dir``, ``token``,
+  ``local_files_only``, ``trust_remote_code``) say which files to load. They go to the
+  model *and* its processor, so weights and tokenizer always come from the same revision;
+- **model arguments** (``device_map``, ``attn_implementation``, ``low_cpu_mem_usage``,
+  ``quantization_config``, ...) say how to build the weights; they go to the model only.
+
+Arguments are checked before anything loads: a name the loader does not know raises a
+``TypeError`` (a ``ValueError`` in a config) that names it, never silently ignored.
+
+    >>> hub_kwargs(revision="v1.0", local_files_only=True)
+    {'revision': 'v1.0', 'local_files_only': True}
+    >>> check_kwargs({"low_cpu_mem_usage": True}, name="model_kwargs", reserved={"dtype": "dtype="})
+    {'low_cpu_mem_usage': True}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ADAPTER_KWARGS",
+    "HUB_KWARGS",
+    "PIPELINE_KWARGS",
+    "check_kwargs",
+    "hub_kwargs",
+]
+
+# Which files to load: the model's and its processor's (transformers' from_pretrained names).
+HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "trust_remote_code")
+# What ``peft.PeftModel.from_pretrained`` takes for an adapter (peft ignores unknown names,
+# so they are checked here).
+ADAPTER_KWARGS = (
+    "revision",
+    "subfolder",
+    "cache_dir",
+    "token",
+    "local_files_only",
+    "force_download",
+    "low_cpu_mem_usage",
+)
+# What ``DiffusionPipeline.from_pretrained`` takes to load a pipeline (diffusers only warns
+# about unknown names, so they are checked here). The weights' dtype has its own setting.
+PIPELINE_KWARGS = (
+    *HUB_KWARGS,
+    "variant",
+    "force_download",
+    "use_safetensors",
+    "low_cpu_mem_usage",
+    "device_map",
+    "max_memory",
+    "offload_folder",
+    "offload_state_dict",
+    "quantization_config",
+    "disable_mmap",
+)
+
+
+def hub_kwargs(
+    *,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """The hub arguments that were set (the library defaults are left out, so the libraries
+    apply their own), ready for ``**`` into a model's and a processor's ``from_pretrained``.
+
+    Args:
+        revision: branch, tag or commit of the hub repository (ignored for a local folder).
+        cache_dir: where downloads are cached (default: the Hugging Face cache).
+        token: hub token for gated or private repositories (``True``: the stored login).
+        local_files_only: never download; fail if the files are not cached.
+        trust_remote_code: run a repository's own modelling/processing code.
+
+    Example:
+        >>> hub_kwargs(revision="main", cache_dir="/data/hf")
+        {'revision': 'main', 'cache_dir': '/data/hf'}
+        >>> hub_kwargs()
+        {}
+    """
+    values = {
+        "revision": revision,
+        "cache_dir": str(cache_dir) if cache_dir is not None else None,
+        "token": token,
+        "local_files_only": local_files_only or None,
+        "trust_remote_code": trust_remote_code or None,
+    }
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def check_kwargs(
+    kwargs: Mapping[str, Any] | None,
+    *,
+    name: str,
+    allowed: tuple[str, ...] | None = None,
+    reserved: Mapping[str, str] | None = None,
+    error: type[Exception] = TypeError,
+) -> dict[str, Any]:
+    """A copy of ``kwargs`` meant for another library's ``from_pretrained``, checked.
+
+    Args:
+        kwargs: the mapping (``None`` is an empty one).
+        name: how the caller calls it, for the messages (``"model_kwargs"``).
+        allowed: the only keys accepted (``None``: any key the target library takes; it
+            raises on unknown ones itself).
+        reserved: keys the caller takes as a parameter or field of its own, mapped to what
+            to use instead (``{"torch_dtype": "dtype="}``).
+        error: the exception raised (``TypeError`` for a function's keyword arguments,
+            ``ValueError`` in a config's ``__post_init__``).
+
+    Raises:
+        error: ``kwargs`` is not a mapping with string keys, holds a reserved key, or a key
+            outside ``allowed``; the message names the keys and what to use.
+
+    Example:
+        >>> check_kwargs({"torch_dtype": "bfloat16"}, name="model_kwargs", reserved={"torch_dtype": "dtype="})
+        Traceback (most recent call last):
+        ...
+        TypeError: model_kwargs must not set ['torch_dtype']; use dtype= instead.
+    """
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise error(
+            f"{name} must be a mapping of keyword names to values, e.g. "
+            f"{{'low_cpu_mem_usage': True}}; got {kwargs!r}."
+        )
+    reserved = reserved or {}
+    taken = sorted(k for k in kwargs if k in reserved)
+    if taken:
+        instead = " and ".join(dict.fromkeys(reserved[k] for k in taken))
+        raise error(f"{name} must not set {taken}; use {instead} instead.")
+    if allowed is not None:
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise error(f"{name} has unknown key(s) {unknown}; valid keys: {sorted(allowed)}.")
+    return dict(kwargs)
