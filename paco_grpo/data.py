@@ -9,6 +9,14 @@ line's ``layout`` field, the layout the prompt itself names ("... with a 1x4 gri
 layout"), then the ``layout`` the caller (the recipe) gives. A prompt with none of these is
 a :class:`~paco_reward.errors.LayoutError` naming the line: no reward ever guesses one.
 
+A prompt with panel markers (``[TOP]-[LEFT]:``, ``PANEL-1:``, ... see
+:mod:`paco_reward.grids`) must have exactly one per panel of its layout, else it is a
+:class:`~paco_reward.errors.PromptError` naming ``file:line``. A prompt without markers
+is a whole-set prompt, a deliberate fallback for plain prompts: its theme is the whole
+prompt, its ``panel_prompts`` is empty, and CLIP-T compares the whole grid with it. Plain
+text files are such prompts by design; in a T2IS file, whose lines should describe each
+panel, the loader warns once, naming the lines.
+
 A parquet file (editing data) has a ``prompt`` column, an ``image`` column (encoded
 bytes, a ``{"bytes", "path"}`` struct as ``datasets`` writes it, or a path) and
 optionally ``id``/``idx``, ``height``, ``width``; the source image lands in
@@ -28,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paco_reward.errors import LayoutError, PromptError
-from paco_reward.grids import parse_layout, split_panel_prompts
+from paco_reward.grids import find_panel_markers, parse_layout, split_panel_prompts
 from paco_reward.images import image_hash
 
 logger = logging.getLogger(__name__)
@@ -67,8 +75,32 @@ def resolve_layout(where: str, prompt: str, line_layout: str | None, fallback: s
     )
 
 
+def split_prompt_panels(where: str, prompt: str, layout: str) -> tuple[str, list[str]]:
+    """(global description, panel descriptions) of one grid prompt, checked against its
+    ``"RxC"`` layout: the panel markers, if any, must number ``rows * cols``.
+
+    Raises:
+        PromptError: naming ``where`` (``file:line``), the layout and the markers found,
+            when the prompt has markers but not one per panel.
+
+    Example:
+        >>> split_prompt_panels("p.jsonl:1", "Foxes. PANEL-1:a. PANEL-2:b.", "1x2")
+        ('Foxes.', ['a.', 'b.'])
+    """
+    global_text, panels = split_panel_prompts(prompt)
+    rows, cols = parse_layout(layout)
+    if panels and len(panels) != rows * cols:
+        raise PromptError(
+            f"{where}: layout {rows}x{cols} needs {rows * cols} panel descriptions but the "
+            f"prompt has {len(panels)} (markers: {find_panel_markers(prompt)}); fix the layout "
+            "(the line's 'layout', the prompt's 'RxC' or the recipe's `layout`) or mark each "
+            "panel once, e.g. '[TOP]-[LEFT]:' or 'PANEL-1:'."
+        )
+    return global_text, panels
+
+
 def _t2is(path: Path, layout: str | None) -> list[PromptItem]:
-    items = []
+    items, unmarked = [], []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -82,9 +114,13 @@ def _t2is(path: Path, layout: str | None) -> list[PromptItem]:
             or not row["prompt"].strip()
         ):
             raise PromptError(f"{path}:{lineno}: a T2IS line needs a non-empty 'prompt' string.")
-        global_text, panels = split_panel_prompts(row["prompt"])
+        where = f"{path}:{lineno}"
+        grid_layout = resolve_layout(where, row["prompt"], row.get("layout"), layout)
+        global_text, panels = split_prompt_panels(where, row["prompt"], grid_layout)
+        if not panels and grid_layout != "1x1":
+            unmarked.append(lineno)
         metadata = {
-            "layout": resolve_layout(f"{path}:{lineno}", row["prompt"], row.get("layout"), layout),
+            "layout": grid_layout,
             "theme": row.get("theme"),
             "criteria": row.get("criteria"),
             "category": row.get("category"),
@@ -100,20 +136,30 @@ def _t2is(path: Path, layout: str | None) -> list[PromptItem]:
                 metadata={k: v for k, v in metadata.items() if v is not None},
             )
         )
+    if unmarked:
+        # Not an error: a JSONL of plain prompts is a fair input. But a T2IS line is meant to
+        # describe each panel, so say which lines were read as whole-set prompts.
+        lines = ", ".join(map(str, unmarked[:10])) + (", ..." if len(unmarked) > 10 else "")
+        logger.warning(
+            "%s: %d of %d prompts have no panel markers for a multi-panel layout (lines %s); "
+            "each is read as a whole-set prompt: its theme is the whole prompt and CLIP-T "
+            "compares the whole grid with it. Mark each panel ('[TOP]-[LEFT]:', 'PANEL-1:') to "
+            "give panels their own text; plain prompts in a .txt file load without this warning.",
+            path, len(unmarked), len(items), lines,
+        )  # fmt: skip
     return items
 
 
 def _text(path: Path, layout: str | None) -> list[PromptItem]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [
-        PromptItem(
-            id=str(k),
-            prompt=t.strip(),
-            metadata={"layout": resolve_layout(f"{path}:{k + 1}", t, None, layout)},
-        )
-        for k, t in enumerate(lines)
-        if t.strip()
-    ]
+    items = []
+    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        where = f"{path}:{k + 1}"
+        grid_layout = resolve_layout(where, line, None, layout)
+        split_prompt_panels(where, line, grid_layout)  # a marked prompt must fit its layout
+        items.append(PromptItem(id=str(k), prompt=line.strip(), metadata={"layout": grid_layout}))
+    return items
 
 
 # Parquet columns a PromptItem reads itself; any other column is metadata.
@@ -168,7 +214,9 @@ def load_prompts(
     order); ``layout`` is the last resort.
 
     Raises:
-        PromptError: missing file, empty file, malformed line or duplicate ids.
+        PromptError: missing file, empty file, malformed line, duplicate ids, or a T2IS or
+            text prompt whose panel markers do not number its layout's panels (naming
+            ``file:line``).
         LayoutError: a grid prompt whose layout cannot be found, naming its line.
     """
     path = Path(path)

@@ -22,7 +22,8 @@ class LayoutError(PacoError, ValueError):
 
 
 class PromptError(PacoError, ValueError):
-    """A template or prompt is unusable (empty theme where one is needed, unknown template)."""
+    """A template or prompt is unusable (empty theme where one is needed, unknown template,
+    panel markers that do not number the layout's panels)."""
 
 
 class YesNoTokenError(PacoError, ValueError):

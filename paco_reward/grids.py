@@ -1,8 +1,11 @@
 """Grid layouts, grid cutting and per-panel prompts (T2IS format).
 
 A T2IS grid prompt names its layout ("FOUR-PANEL Images with a 2x2 grid layout"),
-gives a shared description, then one description per panel after a marker such
-as ``[TOP]-[LEFT]:``. Panels are always in row-major order.
+gives a shared description, then one description per panel after a marker. Panels are
+always in row-major order. Real T2IS prompts mark panels by position up to 3 a side
+(``[LEFT]:``, ``[TOP]-[LEFT]:``, ``[TOP]-[MIDDLE-LEFT]:``) and by number in longer
+strips (``PANEL-1:``, without brackets); ``[PANEL-4]:``, ``Panel 2:``, ``[Top-Left]:``
+and other cases and spacings split the same way.
 
     >>> parse_layout("Images with a 2x2 grid layout")
     (2, 2)
@@ -10,6 +13,8 @@ as ``[TOP]-[LEFT]:``. Panels are always in row-major order.
     (1, 5)
     >>> split_panel_prompts("A cat.  [LEFT]: sleeping. [RIGHT]: eating.")
     ('A cat.', ['sleeping.', 'eating.'])
+    >>> split_panel_prompts("A cat. PANEL-1:sleeps. PANEL-2:eats. PANEL-3:runs.")[1]
+    ['sleeps.', 'eats.', 'runs.']
 """
 
 from __future__ import annotations
@@ -25,9 +30,14 @@ logger = logging.getLogger(__name__)
 
 # "2x2", "2 x 3", "1×5", "2 ⨉ 3", "2*2", "2X2"
 _LAYOUT = re.compile(r"(?<!\d)(\d{1,2})\s*[xX×⨉✕*]\s*(\d{1,2})(?!\d)")
-# "[TOP]-[LEFT]:", "[TOP-LEFT]:", "[LEFT]:", "[MIDDLE]:", "[PANEL 3]:", "[1]:", "[Top]-[Right]:"
+# Bracketed: "[TOP]-[LEFT]:", "[TOP]-[MIDDLE-LEFT]:", "[TOP-LEFT]:", "[LEFT]:", "[PANEL 3]:",
+# "[1]:", "[Top]-[Right]:". Bare, numbered (real 1x5 and 1x7 T2IS prompts): "PANEL-1:",
+# "Panel 2:", "panel_3 :". Any case. A bare marker needs "panel" and a number so that prose
+# such as "Note:" is never one; a stray match is caught by the panel count, not silent.
 _PANEL_MARKER = re.compile(
-    r"\[[A-Za-z0-9][A-Za-z0-9 _-]*\](?:\s*-\s*\[[A-Za-z0-9][A-Za-z0-9 _-]*\])*\s*:"
+    r"(?:\[\s*[A-Za-z0-9][A-Za-z0-9 _-]*\](?:\s*-\s*\[\s*[A-Za-z0-9][A-Za-z0-9 _-]*\])*"
+    r"|\bpanel[\s_-]*\d{1,2}(?!\d))\s*:",
+    re.IGNORECASE,
 )
 
 _NUMBER_WORDS = {
@@ -119,8 +129,9 @@ def split_panel_prompts(prompt: str, expected: int | None = None) -> tuple[str, 
     """Split a T2IS grid prompt into (global description, [panel descriptions]).
 
     The global description is the text before the first panel marker; without markers
-    the whole prompt is global and the panel list is empty. Panels come in the order they
-    are written, which T2IS writes row-major.
+    the whole prompt is global and the panel list is empty (pass ``expected`` to refuse
+    that). Panels come in the order they are written, which T2IS writes row-major. Every
+    marker form in the module docstring splits, in any case and spacing.
 
     Args:
         prompt: the full grid prompt.
@@ -133,6 +144,8 @@ def split_panel_prompts(prompt: str, expected: int | None = None) -> tuple[str, 
     Example:
         >>> split_panel_prompts("Two cats. [TOP]-[LEFT]:a. [TOP]-[RIGHT]:b.", expected=2)[1]
         ['a.', 'b.']
+        >>> split_panel_prompts("Five cats. PANEL-1:a. PANEL-2:b.")
+        ('Five cats.', ['a.', 'b.'])
     """
     if not isinstance(prompt, str):
         raise PromptError(f"grid prompt must be a string; got {type(prompt).__name__}.")
@@ -142,9 +155,21 @@ def split_panel_prompts(prompt: str, expected: int | None = None) -> tuple[str, 
     if expected is not None and len(panels) != expected:
         raise PromptError(
             f"Expected {expected} panel descriptions (one per grid cell) but found "
-            f"{len(panels)} in {prompt[:120]!r}; mark each panel with e.g. '[TOP]-[LEFT]:'."
+            f"{len(panels)} in {prompt[:120]!r} (markers: {find_panel_markers(prompt)}); "
+            "mark each panel with e.g. '[TOP]-[LEFT]:' or 'PANEL-1:'."
         )
     return global_description, panels
+
+
+def find_panel_markers(prompt: str) -> list[str]:
+    """The panel markers of a grid prompt as written, in order (what
+    :func:`split_panel_prompts` splits on; for error messages).
+
+    Example:
+        >>> find_panel_markers("A fox. [TOP]-[LEFT]: runs. Panel 2 : eats.")
+        ['[TOP]-[LEFT]:', 'Panel 2 :']
+    """
+    return _PANEL_MARKER.findall(prompt)
 
 
 def panel_markers(rows: int, cols: int) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from PIL import Image
 
 from paco_reward.errors import LayoutError, PromptError
 from paco_reward.grids import (
+    find_panel_markers,
     format_grid_prompt,
     panel_markers,
     parse_layout,
@@ -20,6 +22,11 @@ from paco_reward.grids import (
 
 # Every layout the T2IS format uses (1xN strips and 2xN grids).
 LAYOUTS = [(1, n) for n in range(2, 7)] + [(2, n) for n in range(2, 6)]
+# Real T2IS prompts of every layout of the public PaCo-RL release (its "all" split, 596
+# prompts): one per layout, two 1x5. Their marker forms, counted over those 596: [LEFT]:
+# [MIDDLE]: [RIGHT]: (1x2, 1x3), [TOP]-[LEFT]: ... (2x2, 2x3), [TOP]-[MIDDLE-LEFT]: (2x4),
+# and PANEL-1: ... without brackets (all 116 1x5 and 5 1x7 prompts).
+LAYOUT_SAMPLE = Path(__file__).parent / "data" / "t2is_layouts_sample.jsonl"
 
 
 def _records(t2is_path):
@@ -76,6 +83,76 @@ def test_every_real_t2is_prompt_splits_into_its_layout(t2is_path):
         # The panel text is exactly what follows its marker.
         first = r["prompt"].split("[TOP]-[RIGHT]:")[0].split("[TOP]-[LEFT]:")[1].strip()
         assert panels[0] == first
+
+
+def test_real_prompts_of_every_layout_and_marker_form_split_into_their_layout():
+    records = _records(LAYOUT_SAMPLE)
+    assert {r["layout"] for r in records} == {"1x2", "1x3", "2x2", "1x5", "2x3", "1x7", "2x4"}
+    for r in records:
+        rows, cols = parse_layout(r["layout"])
+        assert parse_layout(r["prompt"]) == (rows, cols)
+        global_description, panels = split_panel_prompts(r["prompt"], expected=rows * cols)
+        assert re.match(
+            rf"[A-Z]+-PANEL Images with a {rows}x{cols} grid layout", global_description
+        )
+        markers = find_panel_markers(r["prompt"])
+        if cols > 4:  # long strips number their panels, without brackets
+            assert markers == [f"PANEL-{k + 1}:" for k in range(rows * cols)]
+        elif cols == 4:  # 2x4 names its inner columns
+            names = ["LEFT", "MIDDLE-LEFT", "MIDDLE-RIGHT", "RIGHT"]
+            assert markers == [f"[{v}]-[{h}]:" for v in ("TOP", "BOTTOM") for h in names]
+        else:
+            assert markers == panel_markers(rows, cols)
+        # Each panel text is exactly what its marker introduces, none left unsplit.
+        for k, panel in enumerate(panels):
+            start = r["prompt"].index(markers[k]) + len(markers[k])
+            end = r["prompt"].index(markers[k + 1]) if k + 1 < len(markers) else None
+            assert panel == r["prompt"][start:end].strip() and panel
+            assert not find_panel_markers(panel)
+
+
+# Each marker form, as a row-major list of markers.
+MARKER_FORMS = {
+    "named": ["[TOP]-[LEFT]:", "[TOP]-[RIGHT]:", "[BOTTOM]-[LEFT]:", "[BOTTOM]-[RIGHT]:"],
+    "named, joined": ["[TOP-LEFT]:", "[TOP-RIGHT]:", "[BOTTOM-LEFT]:", "[BOTTOM-RIGHT]:"],
+    "named, 2x4": ["[TOP]-[LEFT]:", "[TOP]-[MIDDLE-LEFT]:", "[TOP]-[MIDDLE-RIGHT]:", "[TOP]-[RIGHT]:"],
+    "named, lower case and spaced": ["[ top ] - [ left ] :", "[Top]-[Right] :", "[bottom]-[left]:"],
+    "strip": ["[LEFT]:", "[MIDDLE]:", "[RIGHT]:"],
+    "bracketed number": ["[PANEL-1]:", "[PANEL-2]:", "[PANEL 3]:", "[4]:", "[Panel_5]:"],
+    "bare number": ["PANEL-1:", "PANEL-2:", "PANEL-3:", "PANEL-4:", "PANEL-5:"],
+    "bare number, any case and spacing": ["Panel 1:", "panel-2 :", "PANEL_3:", "Panel4:", "PANEL - 5:"],
+    "mixed": ["[TOP]-[LEFT]:", "PANEL-2:", "[PANEL-3]:", "panel 4:"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", list(MARKER_FORMS))
+@pytest.mark.parametrize("glue", [" ", "", "\n"], ids=["spaced", "glued", "newline"])
+def test_every_marker_form_splits_into_one_panel_per_marker(form, glue):
+    markers = MARKER_FORMS[form]
+    texts = [f"{chr(ord('a') + k)} fox, panel {k + 1}." for k in range(len(markers))]
+    prompt = "Images of a fox." + "".join(f"{glue}{m}{glue}{t}" for m, t in zip(markers, texts))
+    assert find_panel_markers(prompt) == markers
+    assert split_panel_prompts(prompt, expected=len(markers)) == ("Images of a fox.", texts)
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "SIX-PANEL Images with a 2x3 grid layout",  # the header names "PANEL" without a number
+        "the damage shows on panel 4. It grows",  # a panel named in prose, no colon
+        "Note: the style is warm.",  # a colon after a word is not a marker
+        "on exoplanet PZ-9.All images",  # a real global description
+        "ratio 16:9 at 10:30, see PANEL-123: x",  # numbers and an implausible panel number
+    ],
+)
+def test_prose_is_not_a_panel_marker(prose):
+    assert split_panel_prompts(prose) == (prose, [])
+
+
+def test_a_stray_marker_in_prose_is_counted_not_silent():
+    prompt = "A fox. PANEL-1: runs to panel 2: the den. PANEL-2: sleeps."
+    with pytest.raises(PromptError, match=r"Expected 2 .* found 3 .*'panel 2:'"):
+        split_panel_prompts(prompt, expected=2)
 
 
 @pytest.mark.parametrize("rows, cols", LAYOUTS)
