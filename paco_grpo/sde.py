@@ -98,7 +98,9 @@ def sde_step(
     else:
         if noise is None:
             noise = torch.randn(xf.shape, generator=generator, device=xf.device, dtype=xf.dtype)
-        x_next = mean + std * noise.float()
+        # Rounded to x's dtype first: the log-probability is that of the sample as returned
+        # and stored, so re-scoring it (``prev_sample``) in bf16 gives the same value.
+        x_next = (mean + std * noise.float()).to(out_dtype).float()
     if noise_level == 0:
         log_prob = torch.full((x.shape[0],), math.nan, device=x.device)
     else:
