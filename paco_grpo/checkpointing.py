@@ -12,6 +12,16 @@ passed to ``register_for_checkpointing`` because accelerate loads custom objects
 A checkpoint is written to a temporary folder and renamed into
 ``output_dir/checkpoints/checkpoint-<next epoch>`` when every process has finished, then
 the oldest beyond ``save_total_limit`` are deleted.
+
+Under FSDP (``fsdp_version: 2``, ``recipes/accelerate/fsdp_grpo.yaml``) the LoRA parameters and
+their EMA are DTensor shards: every process gathers them (``full_tensor``), rank 0 writes the
+same files as above, and loading gives each process its shard of the full tensors again, so a
+checkpoint is the same whatever the number of processes or the sharding. ``save_state`` is not
+used there, because accelerate's FSDP branch always writes (and reads back) the full model,
+frozen base included (24 GB for FLUX.1-dev); the optimizer goes through accelerate's
+``save_fsdp_optimizer`` / ``load_fsdp_optimizer`` and the scheduler and RNG states through
+``save_accelerator_state`` / ``load_accelerator_state``, the same files ``save_state`` writes.
+FSDP1 is refused: its flat parameters are not what the EMA, the sampler or this module can use.
 """
 
 from __future__ import annotations
@@ -22,11 +32,13 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
+
 from paco_reward.atomic_io import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckpointManager", "LORA_WEIGHT_NAME"]
+__all__ = ["CheckpointManager", "LORA_WEIGHT_NAME", "reshard"]
 
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 EMA_WEIGHTS = "ema_shadow_params.safetensors"
@@ -53,50 +65,138 @@ class CheckpointManager:
         self.ema = ema
         self.root = root
         self.save_total_limit = save_total_limit
+        from accelerate.utils import DistributedType
+
+        self.fsdp = accelerator.distributed_type == DistributedType.FSDP
+        if self.fsdp and not accelerator.is_fsdp2:
+            raise NotImplementedError(
+                "GRPO under FSDP needs fsdp_version: 2 (recipes/accelerate/fsdp_grpo.yaml)."
+            )
         accelerator.register_save_state_pre_hook(self._save_hook)
         accelerator.register_load_state_pre_hook(self._load_hook)
 
-    # ------------------------------------------------------------------ accelerate hooks
-    def _save_hook(self, models, weights, output_dir) -> None:
+    # ------------------------------------------------------------------ LoRA and EMA files
+    def _lora_params(self) -> list[tuple[str, torch.Tensor]]:
+        """(name, parameter) of the trainable (LoRA) parameters: the live ones, DTensor
+        shards under FSDP2, in the order the EMA shadows them."""
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        return [(n, p) for n, p in unwrapped.named_parameters() if p.requires_grad]
+
+    def _peft_keys(self) -> list[str]:
+        """The adapter-file key (``get_peft_model_state_dict``'s) of each of :meth:`_lora_params`."""
         from peft.utils import get_peft_model_state_dict
 
-        weights.clear()  # the frozen base is not a checkpoint's business; LoRA is saved below
+        names = {n: torch.tensor(i) for i, (n, _) in enumerate(self._lora_params())}
+        keys = get_peft_model_state_dict(
+            self.accelerator.unwrap_model(self.model), state_dict=names
+        )
+        by_index = {int(v): k for k, v in keys.items()}
+        if sorted(by_index) != list(range(len(names))):
+            raise ValueError("some trainable parameters are not part of the LoRA adapter")
+        return [by_index[i] for i in range(len(names))]
+
+    def _write_lora_and_ema(self, output_dir) -> None:
+        """Gather the LoRA weights and the EMA (collective under FSDP: every process calls
+        this) and write them on the main process."""
+        lora = [_full(p.detach()) for _, p in self._lora_params()]
+        shadow = [_full(p) for p in self.ema.shadow_params] if self.ema is not None else None
         if not self.accelerator.is_main_process:
             return
-        unwrapped = self.accelerator.unwrap_model(self.model)
         self.pipeline_cls.save_lora_weights(  # the pipeline's own LoRA format
             output_dir,
-            transformer_lora_layers=get_peft_model_state_dict(unwrapped),
+            transformer_lora_layers=dict(zip(self._peft_keys(), lora)),
             weight_name=LORA_WEIGHT_NAME,
         )
         if self.ema is not None:
             from safetensors.torch import save_file
 
             state = self.ema.state_dict()
-            shadow = state.pop("shadow_params")
+            state.pop("shadow_params")
             save_file(
                 {str(k): p.detach().contiguous().cpu() for k, p in enumerate(shadow)},
                 os.path.join(output_dir, EMA_WEIGHTS),
             )
             atomic_write_text(os.path.join(output_dir, EMA_STATE), json.dumps(state, indent=2))
 
-    def _load_hook(self, models, input_dir) -> None:
-        from peft.utils import set_peft_model_state_dict
+    @torch.no_grad()
+    def _read_lora_and_ema(self, input_dir) -> None:
+        """Load the LoRA weights and the EMA on every process (each keeps its shard)."""
         from safetensors.torch import load_file
 
-        models.clear()  # accelerate must not look for a full-model file
         lora = load_file(os.path.join(input_dir, LORA_WEIGHT_NAME))
         lora = {k.removeprefix("transformer."): v for k, v in lora.items()}
-        result = set_peft_model_state_dict(self.accelerator.unwrap_model(self.model), lora)
-        if getattr(result, "unexpected_keys", None):
+        params = self._lora_params()
+        keys = self._peft_keys()
+        if set(lora) != set(keys):
             raise ValueError(
-                f"{input_dir}: LoRA keys do not match this model: {result.unexpected_keys[:5]}"
+                f"{input_dir}: LoRA keys do not match this model: unexpected "
+                f"{sorted(set(lora) - set(keys))[:5]}, missing {sorted(set(keys) - set(lora))[:5]}"
             )
+        for key, (_, p) in zip(keys, params):
+            p.copy_(_like(lora[key], p))
         if self.ema is not None:
             shadow = load_file(os.path.join(input_dir, EMA_WEIGHTS))
+            if len(shadow) != len(self.ema.shadow_params):
+                raise ValueError(
+                    f"{input_dir}: the EMA has {len(shadow)} tensors, not {len(params)} (LoRA)"
+                )
             state = json.loads(Path(input_dir, EMA_STATE).read_text())
-            state["shadow_params"] = [shadow[str(k)] for k in range(len(shadow))]
+            state["shadow_params"] = [
+                _like(shadow[str(k)], ref) for k, ref in enumerate(self.ema.shadow_params)
+            ]
             self.ema.load_state_dict(state)
+
+    # ------------------------------------------------------------------ accelerate hooks
+    def _save_hook(self, models, weights, output_dir) -> None:
+        weights.clear()  # the frozen base is not a checkpoint's business; LoRA is saved below
+        self._write_lora_and_ema(output_dir)
+
+    def _load_hook(self, models, input_dir) -> None:
+        models.clear()  # accelerate must not look for a full-model file
+        self._read_lora_and_ema(input_dir)
+
+    # ------------------------------------------------------------------ FSDP (no save_state)
+    def _save_fsdp(self, output_dir: Path) -> None:
+        from accelerate.checkpointing import save_accelerator_state
+        from accelerate.utils import save_fsdp_optimizer
+
+        acc = self.accelerator
+        os.makedirs(output_dir, exist_ok=True)
+        reshard(self.model)  # the optimizer knows the sharded parameters, not gathered ones
+        self._write_lora_and_ema(output_dir)
+        plugin = self._fsdp_plugin()
+        for i, optimizer in enumerate(acc._optimizers):
+            save_fsdp_optimizer(plugin, acc, optimizer, self.model, str(output_dir), i)
+        save_accelerator_state(
+            str(output_dir), [], [], acc._schedulers, acc._dataloaders,
+            acc.process_index, acc.step, acc.scaler,
+            save_on_each_node=acc.project_configuration.save_on_each_node,
+        )  # fmt: skip
+
+    def _load_fsdp(self, input_dir: Path) -> None:
+        from accelerate.checkpointing import load_accelerator_state
+        from accelerate.utils import load_fsdp_optimizer
+
+        acc = self.accelerator
+        reshard(self.model)  # write into the sharded parameters, the next forward gathers them
+        self._read_lora_and_ema(input_dir)
+        plugin = self._fsdp_plugin()
+        for i, optimizer in enumerate(acc._optimizers):
+            load_fsdp_optimizer(plugin, acc, optimizer, self.model, str(input_dir), i)
+        override = load_accelerator_state(
+            str(input_dir), [], [], acc._schedulers, acc._dataloaders, acc.process_index,
+            acc.scaler, "cpu",
+        )  # fmt: skip
+        acc.step = override.get("step", acc.step)
+
+    def _fsdp_plugin(self):
+        plugin = self.accelerator.state.fsdp_plugin
+        from torch.distributed.fsdp import StateDictType
+
+        if plugin.state_dict_type == StateDictType.FULL_STATE_DICT:  # as save_fsdp_model sets it
+            multi = self.accelerator.num_processes > 1
+            plugin.state_dict_config.offload_to_cpu = plugin.state_dict_config.rank0_only = multi
+        return plugin
 
     # ------------------------------------------------------------------ save / load
     def save(self, next_epoch: int) -> Path:
@@ -106,7 +206,10 @@ class CheckpointManager:
         if self.accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(tmp))
+        if self.fsdp:
+            self._save_fsdp(tmp)
+        else:
+            self.accelerator.save_state(str(tmp))
         if self.accelerator.is_main_process:
             atomic_write_text(tmp / TRAINER_STATE, json.dumps({"epoch": next_epoch}) + "\n")
         self.accelerator.wait_for_everyone()
@@ -123,7 +226,10 @@ class CheckpointManager:
     def load(self, path: str | Path) -> int:
         """Restore every state from ``path``; returns the epoch to continue with."""
         path = Path(path)
-        self.accelerator.load_state(str(path))
+        if self.fsdp:
+            self._load_fsdp(path)
+        else:
+            self.accelerator.load_state(str(path))
         return int(json.loads((path / TRAINER_STATE).read_text())["epoch"])
 
     def resolve(self, value: str) -> Path:
@@ -142,3 +248,36 @@ class CheckpointManager:
                 "drop resume_from_checkpoint to start fresh."
             )
         return found[-1]
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of an FSDP2 (DTensor) shard (collective), or ``t`` itself."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _like(full: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``full`` as ``ref`` holds it: this process's shard of it when ``ref`` is a DTensor
+    (every process has ``full``, so nothing is sent), on ``ref``'s device and dtype."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(ref, DTensor):
+        full = full.to(ref.to_local().device, ref.dtype)
+        return distribute_tensor(full, ref.device_mesh, ref.placements, src_data_rank=None)
+    return full.to(ref.device, ref.dtype)
+
+
+def reshard(model) -> None:
+    """Put every FSDP2 unit of ``model`` back in its sharded state (nothing else: a no-op).
+
+    FSDP2 registers a unit's gathered parameters in place of its shards while it is unsharded,
+    and the root unit stays so after a forward without backward (sampling, evaluation): the
+    module's parameters are then not the optimizer's, and values written into the shards (the
+    EMA swapped in for evaluation and back, a checkpoint loaded) are not seen by the next
+    forward. Call it before and after such reads and writes."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()

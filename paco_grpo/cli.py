@@ -6,8 +6,9 @@
 
 Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
-:mod:`paco_reward.command_line`. Reward names resolve, and their models load, before the
-generator does.
+:mod:`paco_reward.command_line`. The launch's shape (processes, images per process,
+optimizer steps per epoch) is checked first; then reward names resolve and their models load
+on the process's device, before the generator does.
 """
 
 from __future__ import annotations
@@ -43,15 +44,8 @@ class TinyEditArguments:
 
 def train(config: GRPOConfig) -> int:
     from paco_grpo.grpo_trainer import GRPOTrainer
-    from paco_grpo.rewards import build_rewards
 
-    rewards = build_rewards(config.rewards, config.reward_kwargs)
-    test_rewards = None
-    if config.test.rewards is not None or config.test.reward_kwargs is not None:
-        test_rewards = build_rewards(
-            config.test.rewards or config.rewards, config.test.reward_kwargs or config.reward_kwargs
-        )
-    trainer = GRPOTrainer(config, rewards=rewards, test_rewards=test_rewards)
+    trainer = GRPOTrainer(config)  # checks the launch, then builds rewards on its device
     history = trainer.train()
     if history and trainer.accelerator.is_main_process:
         last = history[-1]

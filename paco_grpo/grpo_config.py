@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 from paco_reward.command_line import apply_overrides, coerce_floats
+from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -260,6 +261,13 @@ class GRPOConfig:
     seed: int = field(
         default=42, metadata={"help": "Seed of prompts order, sampling noise and LoRA init."}
     )
+    # loading arguments of the pipeline (checked at the end of __post_init__)
+    model_init_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": f"Keyword arguments of the pipeline's from_pretrained (trl's name), one of {list(PIPELINE_KWARGS)}, e.g. {{revision: v1.0, variant: bf16, local_files_only: true}}. The weights' dtype is `dtype`. device_map 'cuda' or 'cpu' loads the weights there directly; 'balanced' spreads the components over every visible GPU (a one-process run only). Keep a hub token in HF_TOKEN, not here: the config is saved with the run."
+        },
+    )
     # ---- LoRA
     lora_r: int = field(default=64, metadata={"help": "LoRA rank r."})
     lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha."})
@@ -291,8 +299,11 @@ class GRPOConfig:
     per_device_eval_batch_size: int = field(
         default=4, metadata={"help": "Images per sampling batch per process at evaluation."}
     )
-    gradient_accumulation_steps: int = field(
-        default=1, metadata={"help": "Minibatches per optimizer step."}
+    gradient_accumulation_steps: int | str = field(
+        default=1,
+        metadata={
+            "help": "Minibatches per optimizer step, or 'auto': one optimizer step per pass over a process's share of the epoch (the paper's setting, right on any number of processes). A number must divide the minibatches each process trains per pass; the trainer checks it at start-up for the launched process count."
+        },
     )
     num_iterations: int = field(
         default=1, metadata={"help": "mu: passes over an epoch's samples (PPO inner epochs)."}
@@ -434,7 +445,6 @@ class GRPOConfig:
             "sample_batch_size": self.sample_batch_size,
             "per_device_train_batch_size": self.per_device_train_batch_size,
             "per_device_eval_batch_size": self.per_device_eval_batch_size,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "num_iterations": self.num_iterations,
             "save_total_limit": self.save_total_limit,
             "max_sequence_length": self.max_sequence_length,
@@ -442,6 +452,11 @@ class GRPOConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+        accumulation = self.gradient_accumulation_steps
+        if accumulation != "auto" and (not isinstance(accumulation, int) or accumulation < 1):
+            raise ValueError(
+                f"gradient_accumulation_steps must be a positive integer or 'auto'; got {accumulation!r}."
+            )
         if self.num_generations < 2:
             raise ValueError(
                 f"num_generations must be >= 2 (a group of one has no relative advantage); got {self.num_generations}."
@@ -493,6 +508,14 @@ class GRPOConfig:
                 f"reward_kwargs values must be mappings of constructor arguments, e.g. "
                 f"{{consistency: {{model: PATH}}}}; got {bad_kwargs}."
             )
+        # model_init_kwargs: known pipeline loading arguments only
+        self.model_init_kwargs = check_kwargs(
+            self.model_init_kwargs,
+            name="model_init_kwargs",
+            allowed=PIPELINE_KWARGS,
+            reserved={"dtype": "the dtype field", "torch_dtype": "the dtype field"},
+            error=ValueError,
+        )
 
     # ------------------------------------------------------------------ (de)serialisation
     @classmethod

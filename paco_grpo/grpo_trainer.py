@@ -5,6 +5,8 @@ Per epoch (one "round"):
 1. **Sample** ``num_generations`` images for each of ``prompts_per_epoch`` prompts with the
    current (behaviour) policy, SDE noise only at ``train.noise_steps``, recording the
    latents before/after those steps and their log-probabilities (:mod:`paco_grpo.rollout`).
+   The epoch's images are dealt over the processes as one list (a group may span
+   processes); the shape is checked at start-up (:mod:`paco_grpo.epoch_shape`).
 2. **Reward** every image with each configured reward (NaN = failed item); with
    ``async_rewards`` (default) a batch is scored on a background event loop while the next
    one is sampled (:mod:`paco_grpo.async_rewards`).
@@ -12,8 +14,9 @@ Per epoch (one "round"):
    group, scale by the global or per-group std; gathered over all processes.
 4. **Train** only the noise steps with the clipped PPO objective (:mod:`paco_grpo.grpo_loss`,
    advantages clipped to ``±adv_clip_max``) plus ``beta`` x KL to the frozen base, whose
-   forward pass runs only when ``beta > 0`` or ``log_kl``. An EMA of the LoRA weights is
-   stepped once per optimizer step.
+   forward pass runs only when ``beta > 0`` or ``log_kl``. Gradients are synchronised once
+   per accumulation window (its last backward); an EMA of the LoRA weights is stepped once
+   per optimizer step.
 
 Every ``test.every`` epochs the EMA weights are evaluated (:mod:`paco_grpo.evaluation`).
 State goes through the ``Accelerator``: checkpoints with ``save_state`` / ``load_state``
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -40,8 +42,9 @@ import torch
 
 from paco_grpo.advantages import compute_advantages
 from paco_grpo.async_rewards import compute_rewards
-from paco_grpo.checkpointing import CheckpointManager
+from paco_grpo.checkpointing import CheckpointManager, reshard
 from paco_grpo.data import PromptItem, load_prompts
+from paco_grpo.epoch_shape import EpochShape
 from paco_grpo.evaluation import Evaluator
 from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
@@ -49,6 +52,8 @@ from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
 from paco_grpo.tracking import RunLog, save_image_grid
+from paco_reward.devices import resolve_device
+from paco_reward.launch import check_single_job
 
 logger = logging.getLogger(__name__)
 
@@ -74,26 +79,22 @@ class GRPOTrainer:
         test_rewards: dict[str, Reward] | None = None,
         pipeline=None,
     ) -> None:
-        from accelerate import Accelerator
-        from accelerate.utils import set_seed
+        from accelerate import Accelerator, PartialState
+        from accelerate.utils import parse_flag_from_env, set_seed
 
         self.config = cfg = config
         self.output_dir = Path(cfg.output_dir)
 
-        # --- accelerator (trackers under output_dir) and seeding
-        self.accelerator = Accelerator(
-            mixed_precision=cfg.mixed_precision,
-            log_with=cfg.report_to or None,
-            project_dir=str(self.output_dir),
-        )
-        set_seed(cfg.seed)
-        self.rank = self.accelerator.process_index
-        self.world = self.accelerator.num_processes
-        if cfg.prompts_per_epoch % self.world:
-            raise ValueError(
-                f"prompts_per_epoch ({cfg.prompts_per_epoch}) must be divisible by the number of "
-                f"processes ({self.world})."
-            )
+        # --- the launch: one job of a shape the recipe can run, refused before anything
+        # loads (the process state only; the Accelerator, which fixes the precision, comes
+        # after the rewards load, so a failed start leaves nothing behind in this process)
+        state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+        check_single_job(state.num_processes)
+        self.shape = EpochShape.from_config(cfg, state.num_processes)
+        device = resolve_device(state.device)  # one process: accelerate says "cuda", no index
+        if state.is_main_process:
+            logger.info("PaCo-GRPO: %s.", self.shape.describe())
+        state.print(f"paco-grpo: {self.shape.describe()}; device {device}")
 
         # --- data
         self.items = load_prompts(cfg.prompt_file, cfg.prompt_format, cfg.layout)
@@ -104,7 +105,9 @@ class GRPOTrainer:
 
         # --- rewards (names resolve to classes here only when the caller passed none)
         self.rewards = (
-            rewards if rewards is not None else build_rewards(cfg.rewards, cfg.reward_kwargs)
+            rewards
+            if rewards is not None
+            else build_rewards(cfg.rewards, cfg.reward_kwargs, device=device)
         )
         missing = sorted(set(cfg.rewards) - set(self.rewards))
         if missing:
@@ -114,15 +117,25 @@ class GRPOTrainer:
                 test_rewards = self.rewards
             else:
                 test_rewards = build_rewards(
-                    cfg.test.rewards or cfg.rewards, cfg.test.reward_kwargs or cfg.reward_kwargs
+                    cfg.test.rewards or cfg.rewards,
+                    cfg.test.reward_kwargs or cfg.reward_kwargs,
+                    device=device,
                 )
         self.test_rewards = test_rewards
 
+        # --- accelerator (trackers under output_dir) and seeding
+        self.accelerator = Accelerator(
+            mixed_precision=cfg.mixed_precision,
+            log_with=cfg.report_to or None,
+            project_dir=str(self.output_dir),
+        )
+        set_seed(cfg.seed)
+        self.rank = self.accelerator.process_index
+        self.world = self.accelerator.num_processes
+
         # --- pipeline, frozen parts, LoRA, sampler
         self.editing = cfg.pipeline in EDIT_PIPELINES
-        self.pipe = (
-            pipeline if pipeline is not None else load_pipeline(cfg, self.accelerator.device)
-        )
+        self.pipe = pipeline if pipeline is not None else load_pipeline(cfg, device)
         check_pipeline(cfg, self.pipe)
         self.pipe.set_progress_bar_config(disable=True)
         self.transformer = add_lora(cfg, self.pipe)
@@ -155,6 +168,9 @@ class GRPOTrainer:
         self.model, self.optimizer, self.lr_scheduler = self.accelerator.prepare(
             self.transformer, optimizer, lr_scheduler
         )
+        # FSDP2 (fully_shard) replaces each parameter by a DTensor shard: the EMA, gradient
+        # clipping and evaluation must use the live ones, not those collected before prepare.
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ema = EMAModel(self.params, decay=cfg.ema_decay) if cfg.use_ema else None
 
         # --- rollouts, evaluation, checkpoints, logs
@@ -183,11 +199,14 @@ class GRPOTrainer:
         return self.log.history
 
     @property
+    def device(self) -> torch.device:
+        """This process's device, with its index (every model of the process lives there)."""
+        return resolve_device(self.accelerator.device)
+
+    @property
     def optimizer_steps_per_epoch(self) -> int:
-        cfg = self.config
-        samples = cfg.prompts_per_epoch // self.world * cfg.num_generations
-        minibatches = math.ceil(samples / cfg.per_device_train_batch_size) * cfg.num_iterations
-        return math.ceil(minibatches / cfg.gradient_accumulation_steps)
+        """Optimizer steps per epoch on this launch (:class:`~paco_grpo.epoch_shape.EpochShape`)."""
+        return self.shape.optimizer_steps_per_epoch
 
     def group_key(self, item: PromptItem) -> str | tuple[str, str]:
         """GRPO group of an item's samples (see :meth:`Rollout.group_key`)."""
@@ -227,48 +246,34 @@ class GRPOTrainer:
         stats: dict[str, list[float]] = {k: [] for k in TRAIN_STATS + (("kl",) if with_kl else ())}
         first_update_ratios: list[torch.Tensor] = []
         lrs: list[float] = []
-        batches = [
-            b
-            for it in range(cfg.num_iterations)
-            for b in self.rollout.minibatches(samples, epoch, it)
-        ]
-        accum = cfg.gradient_accumulation_steps
-        for k, idx in enumerate(batches):
-            batch = self.rollout.collate(samples, idx, advantages)
-            step_now = (k + 1) % accum == 0 or k == len(batches) - 1
-            group_len = min(accum, len(batches) - (k // accum) * accum)  # minibatches per step
-            context = contextlib.nullcontext() if step_now else self.accelerator.no_sync(model)
-            with context:
-                for j in range(num_steps):
-                    with self.accelerator.autocast():
-                        step = self.rollout.transition(model, batch, j)
-                        ref_mean = self._reference_mean(batch, j) if with_kl else None
-                    terms = grpo_loss(
-                        step.log_prob,
-                        batch["log_probs"][:, j],
-                        batch["advantages"],
-                        step.prev_sample_mean,
-                        ref_mean,
-                        step.std,
-                        cfg.epsilon,
-                        cfg.beta,
-                    )
-                    self.accelerator.backward(terms["loss"] / (num_steps * group_len))
-                    if not lrs:  # before the first optimizer step: still on-policy
-                        first_update_ratios.append(terms["ratio"].detach())
-                    for key in stats:
-                        stats[key].append(float(terms[key].detach().float().mean()))
-            if step_now:
-                if cfg.max_grad_norm > 0:
-                    self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
-                lrs.append(float(self.lr_scheduler.get_last_lr()[0]))
-                self.optimizer.step()
-                self.lr_scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.ema is not None:
-                    self.ema.step(self.params)
-                self.global_step += 1
-                self.log.log_step({"train/lr": lrs[-1]}, self.global_step)
+        for iteration in range(cfg.num_iterations):
+            for window in self._accumulation_windows(samples, epoch, iteration):
+                for k, idx in enumerate(window):
+                    batch = self.rollout.collate(samples, idx, advantages)
+                    for j in range(num_steps):
+                        # gradients are synchronised once per window: at its last backward
+                        last = k == len(window) - 1 and j == num_steps - 1
+                        sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
+                        with sync:
+                            with self.accelerator.autocast():
+                                step = self.rollout.transition(model, batch, j)
+                                ref_mean = self._reference_mean(batch, j) if with_kl else None
+                            terms = grpo_loss(
+                                step.log_prob,
+                                batch["log_probs"][:, j],
+                                batch["advantages"],
+                                step.prev_sample_mean,
+                                ref_mean,
+                                step.std,
+                                cfg.epsilon,
+                                cfg.beta,
+                            )
+                            self.accelerator.backward(terms["loss"] / (num_steps * len(window)))
+                        if not lrs:  # before the first optimizer step: still on-policy
+                            first_update_ratios.append(terms["ratio"].detach())
+                        for key in stats:
+                            stats[key].append(float(terms[key].detach().float().mean()))
+                lrs.append(self._optimizer_step())
         out = {f"train/{k}": float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
         if first_update_ratios:
             r = torch.cat(first_update_ratios)
@@ -279,11 +284,45 @@ class GRPOTrainer:
         out["train/lr_per_step"] = lrs
         return out
 
+    def _accumulation_windows(
+        self, samples: list[dict], epoch: int, iteration: int
+    ) -> list[list[list[int]]]:
+        """The minibatches of one pass, grouped into accumulation windows (one optimizer
+        step each). Every process runs as many minibatches as the process with most."""
+        cfg = self.config
+        batches = self.rollout.minibatches(samples, epoch, iteration)
+        if self.world > 1:
+            counts = self.accelerator.gather(torch.tensor([len(batches)], device=self.device))
+            batches = self.rollout.minibatches(samples, epoch, iteration, int(counts.max()))
+        accum = cfg.gradient_accumulation_steps
+        size = len(batches) if accum == "auto" else accum
+        return [batches[w : w + size] for w in range(0, len(batches), size)]
+
+    def _optimizer_step(self) -> float:
+        """Clip, step the optimizer, the schedule and the EMA; returns the step's learning rate."""
+        cfg = self.config
+        if cfg.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        lr = float(self.lr_scheduler.get_last_lr()[0])
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.step(self.params)
+        self.global_step += 1
+        self.log.log_step({"train/lr": lr}, self.global_step)
+        return lr
+
     # ================================================================== evaluation
     def evaluate(self, epoch: int) -> dict:
         """EMA weights, ODE sampling at ``test.resolution``, the test rewards (:class:`Evaluator`)."""
         model = self.accelerator.unwrap_model(self.model)
-        return self.evaluator(model, self.ema, self.params, epoch)
+        # FSDP2: the EMA is swapped into the shards; a gathered unit would keep stale weights
+        reshard(model)
+        try:
+            return self.evaluator(model, self.ema, self.params, epoch)
+        finally:
+            reshard(model)  # drop the gathered EMA weights: the next forward gathers the restored
 
     # ================================================================== main loop
     def run_epoch(self, epoch: int) -> dict:

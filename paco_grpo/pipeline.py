@@ -101,16 +101,17 @@ class FlowGRPOSampler:
     def encode_prompts(self, prompts: Sequence[str], device=None) -> PromptEmbeddings:
         """Encode prompts with the pipeline's ``encode_prompt``, once per distinct text."""
         device = device or self.pipe._execution_device
-        missing = [p for p in dict.fromkeys(prompts) if p not in self._cache]
-        if missing:
-            embeds, pooled, _ = self.pipe.encode_prompt(
-                prompt=missing,
-                prompt_2=None,
-                device=device,
-                max_sequence_length=self.max_sequence_length,
-            )
-            for k, p in enumerate(missing):
-                self._cache[p] = (embeds[k], pooled[k])
+        # One text at a time: a batched encoder's numbers depend on what else is in the batch,
+        # and a resumed run must encode a prompt exactly as the uninterrupted run did.
+        for p in dict.fromkeys(prompts):
+            if p not in self._cache:
+                embeds, pooled, _ = self.pipe.encode_prompt(
+                    prompt=[p],
+                    prompt_2=None,
+                    device=device,
+                    max_sequence_length=self.max_sequence_length,
+                )
+                self._cache[p] = (embeds[0], pooled[0])
         embeds = torch.stack([self._cache[p][0] for p in prompts]).to(device)
         pooled = torch.stack([self._cache[p][1] for p in prompts]).to(device)
         text_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=embeds.dtype)
@@ -151,7 +152,10 @@ class FlowGRPOSampler:
             guidance = torch.full([1], guidance_scale, device=latents.device, dtype=torch.float32)
             guidance = guidance.expand(batch)
         return transformer(
-            hidden_states=latents,
+            # contiguous: in bf16, nn.Linear rounds a strided input differently (matmul, then
+            # + bias) from a contiguous one (fused addmm), and re-scoring passes a strided
+            # slice of the recorded latents where sampling passed a contiguous tensor.
+            hidden_states=latents.contiguous(),
             timestep=timestep.to(latents.dtype) / 1000,
             guidance=guidance,
             pooled_projections=cond.pooled_prompt_embeds,

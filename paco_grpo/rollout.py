@@ -45,7 +45,8 @@ class EpochRollout:
     """This process's samples of one epoch.
 
     Attributes:
-        samples: one dict per image with its item index, size and recorded transitions.
+        samples: one dict per image with its item index, its slot in the epoch (see
+            :meth:`Rollout.epoch_slots`), size and recorded transitions.
         rewards: ``{reward name: (n,) scores}`` (NaN = failed item).
         group_ids: the item index of each sample.
         timings: ``sampling``, ``reward_wait`` and ``reward_compute`` seconds.
@@ -96,6 +97,21 @@ class Rollout:
         return item.id
 
     # ------------------------------------------------------------------ sampling
+    def epoch_slots(self, epoch: int) -> list[int]:
+        """The item index of each of the epoch's ``prompts_per_epoch x num_generations``
+        images, in the order they are dealt to the processes: process ``r`` of ``N`` draws
+        the ``r``-th contiguous ``1/N`` of the list, so a prompt's group may span two
+        processes (its advantages come from the gathered group). The same on every process.
+        """
+        cfg = self.config
+        rng = np.random.default_rng(derive_seed(cfg.seed, epoch))
+        chosen = rng.choice(
+            len(self.items),
+            size=cfg.prompts_per_epoch,
+            replace=cfg.prompts_per_epoch > len(self.items),
+        )
+        return [int(i) for i in chosen for _ in range(cfg.num_generations)]
+
     def sample(self, items: list[PromptItem], size, section, generator, transformer, noise: bool):
         """One sampling call for ``items`` at ``size``: SDE at the train noise steps when
         ``noise``, else ODE; editing policies get each item's reference image."""
@@ -123,7 +139,8 @@ class Rollout:
         (:class:`~paco_grpo.async_rewards.AsyncRewardRunner`) while the next batch is
         sampled; only the time spent blocked on them counts as ``reward_wait``.
         """
-        runner = AsyncRewardRunner(rewards) if self.config.async_rewards else None
+        device = self.accelerator.device  # the reward threads make it their current device
+        runner = AsyncRewardRunner(rewards, device=device) if self.config.async_rewards else None
         try:
             return self._sample_epoch(epoch, model, rewards, runner, num_images)
         finally:
@@ -133,26 +150,22 @@ class Rollout:
     def _sample_epoch(self, epoch, model, rewards, runner, num_images) -> EpochRollout:
         cfg, tc = self.config, self.config.train
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        rng = np.random.default_rng(derive_seed(cfg.seed, epoch))
-        chosen = rng.choice(
-            len(self.items),
-            size=cfg.prompts_per_epoch,
-            replace=cfg.prompts_per_epoch > len(self.items),
-        )
-        mine = [int(i) for i in chosen[rank::world]]
-        flat = [i for i in mine for _ in range(cfg.num_generations)]
-        flat.sort(key=lambda i: self.resolution(self.items[i], tc.resolution))  # stable
+        slots = self.epoch_slots(epoch)
+        share = len(slots) // world  # EpochShape checked at start-up that it divides
+        mine = list(range(rank * share, (rank + 1) * share))
+        mine.sort(key=lambda s: self.resolution(self.items[slots[s]], tc.resolution))  # stable
         generator = torch.Generator(self.accelerator.device).manual_seed(
             derive_seed(cfg.seed, epoch, rank, 1)
         )
         samples, pending, images = [], [], []  # pending: a RewardBatch or its future per batch
         timings = {"sampling": 0.0, "reward_wait": 0.0, "reward_compute": 0.0}
         model.eval()
-        for start in range(0, len(flat), cfg.sample_batch_size):
-            chunk = flat[start : start + cfg.sample_batch_size]
-            for size in sorted({self.resolution(self.items[i], tc.resolution) for i in chunk}):
-                part = [i for i in chunk if self.resolution(self.items[i], tc.resolution) == size]
-                items = [self.items[i] for i in part]
+        for start in range(0, len(mine), cfg.sample_batch_size):
+            chunk = mine[start : start + cfg.sample_batch_size]
+            sizes = {s: self.resolution(self.items[slots[s]], tc.resolution) for s in chunk}
+            for size in sorted(set(sizes.values())):
+                part = [s for s in chunk if sizes[s] == size]
+                items = [self.items[slots[s]] for s in part]
                 t0 = time.perf_counter()
                 with self.accelerator.autocast():
                     out = self.sample(items, size, tc, generator, model, noise=True)
@@ -167,10 +180,11 @@ class Rollout:
                 timings["reward_wait"] += time.perf_counter() - t1
                 images.extend(out.images[: max(0, num_images - len(images))])
                 schedule, steps = out.schedule, out.noise_steps
-                for b, item_index in enumerate(part):
+                for b, slot in enumerate(part):
                     samples.append(
                         {
-                            "item": item_index,
+                            "item": slots[slot],
+                            "slot": slot,
                             "size": size,
                             "latents": out.noise_latents[b].detach(),
                             "next_latents": out.noise_next_latents[b].detach(),
@@ -192,8 +206,16 @@ class Rollout:
         return EpochRollout(samples, scores, [s["item"] for s in samples], timings, images)
 
     # ------------------------------------------------------------------ training batches
-    def minibatches(self, samples: list[dict], epoch: int, iteration: int) -> list[list[int]]:
-        """Shuffled minibatches of sample indices, each of one image size."""
+    def minibatches(
+        self, samples: list[dict], epoch: int, iteration: int, count: int | None = None
+    ) -> list[list[int]]:
+        """Shuffled minibatches of sample indices, each of one image size.
+
+        ``count`` asks for at least that many minibatches (the largest minibatch is split
+        until there are): every process must run the same number of synchronised backward
+        passes, and editing samples of several sizes make more minibatches on one process
+        than on another.
+        """
         cfg = self.config
         rank = self.accelerator.process_index
         gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, rank, 2, iteration))
@@ -210,6 +232,12 @@ class Rollout:
             current.append(i)
         if current:
             batches.append(current)
+        while count is not None and len(batches) < count:
+            largest = max(range(len(batches)), key=lambda b: len(batches[b]))
+            if len(batches[largest]) < 2:
+                raise ValueError(f"cannot split {len(samples)} samples into {count} minibatches.")
+            half = len(batches[largest]) // 2
+            batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
         return batches
 
     def collate(self, samples: list[dict], idx: list[int], advantages: np.ndarray) -> dict:

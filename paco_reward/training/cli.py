@@ -42,10 +42,12 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()):
 def run_training(config) -> dict[str, Any]:
     """Train as ``config`` says, save weights + processor + model card to ``output_dir``
     (and ``output_dir/merged`` when ``save_merged``); returns the final held-out metrics."""
+    from paco_reward.launch import check_single_job
     from paco_reward.training.loading import build_trainer
     from paco_reward.training.merge import merge_lora
     from paco_reward.training.model_card import recipe_dict, write_model_card
 
+    check_single_job(config.world_size)  # before the model loads
     trainer = build_trainer(config)
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     output_dir = Path(config.output_dir)

@@ -1,0 +1,48 @@
+"""One launch, one job: refuse ranks that a launcher started but accelerate runs alone.
+
+``torchrun --nproc_per_node 8`` (or any launcher) tells each rank ``WORLD_SIZE=8``. When
+accelerate does not take the ranks as one job (on a CPU without ``ACCELERATE_USE_CPU``,
+say), each rank becomes a one-process job of its own: eight identical runs that write the
+same output folder at once (on a CPU, ``ACCELERATE_USE_CPU=1`` makes them one job). The
+trainers call :func:`check_single_job` right after their
+``Accelerator`` exists, before anything heavy loads.
+
+    >>> check_single_job(2, {"WORLD_SIZE": "2"})
+    >>> check_single_job(1, {})
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from paco_reward.errors import PacoError
+
+__all__ = ["LaunchError", "check_single_job"]
+
+
+class LaunchError(PacoError, RuntimeError):
+    """The processes of a launch do not form the one job the trainer expects."""
+
+
+def check_single_job(num_processes: int, environ: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`LaunchError` when the launcher's ``WORLD_SIZE`` disagrees with the
+    number of processes accelerate runs as one job.
+
+    Args:
+        num_processes: ``Accelerator().num_processes``.
+        environ: the environment to read (default ``os.environ``).
+    """
+    environ = os.environ if environ is None else environ
+    launched = environ.get("WORLD_SIZE")
+    if launched is None or int(launched) == num_processes:
+        return
+    rank = environ.get("RANK", "?")
+    raise LaunchError(
+        f"The launcher started WORLD_SIZE={launched} processes (this is rank {rank}), but "
+        f"accelerate runs this one as a job of {num_processes}: every rank would train alone "
+        "and write the same output folder. Launch as one job: on GPUs, "
+        "`accelerate launch --num_processes N ...` (or torchrun, one GPU per rank); on a CPU, "
+        "`ACCELERATE_USE_CPU=1 accelerate launch --num_processes N ...` (or ACCELERATE_USE_CPU=1 "
+        "torchrun ...; `accelerate launch --cpu` starts a single process)."
+    )

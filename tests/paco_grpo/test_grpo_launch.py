@@ -1,0 +1,190 @@
+"""Every real-size GRPO recipe launches as its first comment says, on CPU.
+
+Each recipe in ``recipes/`` that names an accelerate config is launched with that config's
+process count (``accelerate launch --config_file``, gloo, ``ACCELERATE_USE_CPU=1``) and
+its batch arithmetic unchanged: prompts per epoch, generations, sampling and training
+batch sizes, accumulation, passes. Only the models (tiny, built here), the data of the
+editing recipes (their parquet is the user's), resolutions, rewards (cheap ones: the
+recipe's evaluators would score 4,032 pairs per epoch), precision (fp32: bf16 on a CPU only
+slows this test; ``test_bf16.py`` checks bf16) and the text length of the tiny encoders
+are overridden. One epoch, then the last checkpoint is resumed in the same processes.
+
+Checked per launch: one job of N processes (the start-up line says so), every rank drew a
+distinct share of the epoch's images and all of them together are the epoch, the
+advantages each rank trained on equal those computed in one process from the gathered
+rewards, at least one optimizer step, a checkpoint that resumes to the same LoRA.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from paco_grpo.advantages import compute_advantages
+from paco_grpo.grpo_config import GRPOConfig
+
+PROBE = str(Path(__file__).with_name("launch_probe.py"))
+FAST = {
+    "num_train_epochs": 1,
+    "dtype": "float32",
+    "mixed_precision": "no",
+    "max_sequence_length": 32,
+    "report_to": "none",
+    "num_sample_images": 0,
+}
+COLOUR = {"rewards": {"panel_colour_agreement": 1.0}}
+
+
+def launch_config(recipe: str) -> tuple[Path, int]:
+    """The accelerate config a recipe's comments name, and its process count."""
+    text = Path(recipe).read_text()
+    found = re.search(r"recipes/accelerate/[\w.]+\.yaml", text)
+    assert found, f"{recipe} names no accelerate config in its comments"
+    config = Path(found.group(0))
+    return config, int(yaml.safe_load(config.read_text())["num_processes"])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from paco_grpo.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
+    from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
+    from paco_reward.testing.clip import build_tiny_clip
+
+    root = tmp_path_factory.mktemp("launch-models")
+    return {
+        "flux": build_tiny_flux(root / "flux"),
+        "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
+        "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
+        "clip": build_tiny_clip(root / "clip"),
+    }
+
+
+def _overrides(recipe: str, models: dict) -> dict:
+    pipeline = GRPOConfig.from_yaml(recipe).pipeline
+    out = {**FAST, "model_name_or_path": str(models[pipeline])}
+    if pipeline == "flux":
+        return {
+            **out,
+            "train.resolution": 32,
+            "test.resolution": 32,
+            "rewards": {"panel_colour_agreement": 1.0, "clip_t": 1.0},
+            "reward_kwargs": {"clip_t": {"model": str(models["clip"])}},
+        }
+    resolution = 96 if pipeline == "qwen_image_edit" else 32  # the tiny VAEs' multiples
+    return {
+        **out,
+        **COLOUR,
+        "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},
+        "prompt_file": "recipes/data/tiny_edit_prompts.parquet",
+        "train.resolution": resolution,
+        "test.resolution": resolution,
+    }
+
+
+def _launch(recipe: str, out: Path, overrides: dict) -> tuple[list[dict], str]:
+    config, nproc = launch_config(recipe)
+    flags = [
+        x
+        for k, v in overrides.items()
+        for x in (f"--{k}", v if isinstance(v, str) else json.dumps(v))
+    ]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.getcwd()}  # fmt: skip
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+           PROBE, str(out / "probe"), "train", recipe, "--output_dir", str(out / "run"),
+           *flags]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((out / f"probe.rank{r}.json").read_text()) for r in range(nproc)]
+    return ranks, proc.stdout
+
+
+GRPO_RECIPES = sorted(
+    str(p) for p in Path("recipes").glob("grpo_*.yaml") if "recipes/accelerate/" in p.read_text()
+)
+
+
+def test_every_real_size_recipe_names_a_launch():
+    assert {Path(r).name for r in GRPO_RECIPES} >= {
+        "grpo_flux_t2is.yaml",
+        "grpo_kontext_edit.yaml",
+        "grpo_qwen_image_edit.yaml",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", GRPO_RECIPES)
+def test_recipe_launches_on_its_process_count(recipe, models, tmp_path):
+    config, nproc = launch_config(recipe)
+    overrides = _overrides(recipe, models)
+    cfg = GRPOConfig.from_yaml(recipe, overrides)
+    ranks, stdout = _launch(recipe, tmp_path, overrides)
+
+    # one job: the main process's start-up line names N processes (training, then resuming)
+    images = cfg.prompts_per_epoch * cfg.num_generations
+    assert stdout.count(f"paco-grpo: {nproc} process(es); {images} images per epoch") == 2
+    assert stdout.count("paco-grpo: ") == 2
+    assert [r["rank"] for r in ranks] == list(range(nproc))
+
+    # every rank drew its own share of the epoch's images; together, the whole epoch
+    (epoch,) = {r["epochs"][0]["epoch"] for r in ranks}
+    assert epoch == 0
+    slots = [r["epochs"][0]["slots"] for r in ranks]
+    assert all(len(s) == images // nproc for s in slots)
+    assert sorted(s for share in slots for s in share) == list(range(images))
+
+    # the advantages each rank trained on are those of the gathered groups, in one process
+    names = list(cfg.rewards)
+    gathered = {n: np.concatenate([r["epochs"][0]["rewards"][n] for r in ranks]) for n in names}
+    keys = ranks[0]["group_keys"]
+    items = [i for r in ranks for i in r["epochs"][0]["items"]]
+    expected = compute_advantages(
+        gathered,
+        dict(cfg.rewards),
+        [keys[i] for i in items],
+        aggregator=cfg.aggregator,
+        threshold=cfg.log_taming_threshold,
+        std_scope=cfg.std_scope,
+        std_floor=cfg.std_floor,
+        normalization=cfg.normalization,
+    ).advantages
+    trained = np.concatenate([r["epochs"][0]["advantages"] for r in ranks])
+    np.testing.assert_allclose(trained, expected, rtol=0, atol=1e-12)
+    assert np.abs(trained).max() > 0  # the rewards told the images apart
+    # groups spread over processes exactly as the epoch's list was dealt
+    assert len({keys[i] for i in items}) <= cfg.prompts_per_epoch
+
+    # at least one optimizer step, as the epoch shape says; a checkpoint that resumes
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = ranks[0]["optimizer_steps_per_epoch"]
+    assert steps >= 1 and rows[-1]["train/optimizer_steps"] == steps
+    for r in ranks:
+        assert r["resumed_epoch"] == 1
+        assert r["lora_resumed"] == r["lora_trained"]
+    assert len({r["lora_trained"] for r in ranks}) == 1  # one model, kept in sync
+
+
+@pytest.mark.slow
+def test_ranks_that_accelerate_runs_alone_are_refused(models, tmp_path):
+    """torchrun's ranks on a CPU without ACCELERATE_USE_CPU are one-process jobs each:
+    the trainer refuses them before anything loads, and nothing is written."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    env.pop("ACCELERATE_USE_CPU", None)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "-m", "paco_grpo.cli", "train", "recipes/grpo_tiny_cpu.yaml",
+           "--model_name_or_path", str(models["flux"]), "--output_dir", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("The launcher started WORLD_SIZE=2 processes") == 2
+    assert "ACCELERATE_USE_CPU=1" in proc.stderr
+    assert not out.exists()
