@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from paco_reward.errors import PacoError
 
-__all__ = ["EpochShape", "EpochShapeError", "allowed_process_counts"]
+__all__ = ["EpochShape", "EpochShapeError", "allowed_process_counts", "check_sharding"]
 
 AUTO = "auto"
 
@@ -39,6 +39,26 @@ def allowed_process_counts(images_per_epoch: int, up_to: int = 64) -> list[int]:
         [1, 2, 3, 4, 6, 7, 8, 12, 14, 16]
     """
     return [n for n in range(1, up_to + 1) if images_per_epoch % n == 0]
+
+
+def check_sharding(sharded: bool, editing: bool, num_processes: int) -> None:
+    """Refuse a sharded (FSDP) run of an editing pipeline on several processes.
+
+    Under FSDP every forward gathers the weights from all processes, so every process must
+    call the transformer the same number of times. Editing references keep their aspect
+    ratio, so one process can sample more image sizes (more calls) than another and the run
+    would hang. Text-to-image sets sample one size and shard fine.
+
+    Example:
+        >>> check_sharding(sharded=True, editing=False, num_processes=8)
+    """
+    if sharded and editing and num_processes > 1:
+        raise EpochShapeError(
+            "FSDP with an editing pipeline: processes sample references of different sizes, "
+            "so they would call the sharded transformer a different number of times and hang. "
+            "Launch editing recipes with data parallelism (recipes/accelerate/multi_gpu.yaml) "
+            "and serve the rewards to make room."
+        )
 
 
 def _divisors(n: int) -> list[int]:

@@ -44,7 +44,7 @@ from paco_grpo.advantages import compute_advantages
 from paco_grpo.async_rewards import compute_rewards
 from paco_grpo.checkpointing import CheckpointManager, reshard
 from paco_grpo.data import PromptItem, load_prompts
-from paco_grpo.epoch_shape import EpochShape
+from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
 from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
@@ -80,7 +80,7 @@ class GRPOTrainer:
         pipeline=None,
     ) -> None:
         from accelerate import Accelerator, PartialState
-        from accelerate.utils import parse_flag_from_env, set_seed
+        from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
         self.config = cfg = config
         self.output_dir = Path(cfg.output_dir)
@@ -132,9 +132,11 @@ class GRPOTrainer:
         set_seed(cfg.seed)
         self.rank = self.accelerator.process_index
         self.world = self.accelerator.num_processes
+        self.editing = cfg.pipeline in EDIT_PIPELINES
+        self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
+        check_sharding(self.sharded, self.editing, self.world)
 
         # --- pipeline, frozen parts, LoRA, sampler
-        self.editing = cfg.pipeline in EDIT_PIPELINES
         self.pipe = pipeline if pipeline is not None else load_pipeline(cfg, device)
         check_pipeline(cfg, self.pipe)
         self.pipe.set_progress_bar_config(disable=True)
@@ -246,13 +248,17 @@ class GRPOTrainer:
         stats: dict[str, list[float]] = {k: [] for k in TRAIN_STATS + (("kl",) if with_kl else ())}
         first_update_ratios: list[torch.Tensor] = []
         lrs: list[float] = []
+        # Gradients are synchronised once per window. Data parallelism averages them by hand
+        # after the window: DDP's own sync breaks when a step calls the model twice before its
+        # backward (true CFG: conditional and unconditional passes). FSDP syncs at the window's
+        # last backward.
+        by_hand = self.world > 1 and not self.sharded
         for iteration in range(cfg.num_iterations):
             for window in self._accumulation_windows(samples, epoch, iteration):
                 for k, idx in enumerate(window):
                     batch = self.rollout.collate(samples, idx, advantages)
                     for j in range(num_steps):
-                        # gradients are synchronised once per window: at its last backward
-                        last = k == len(window) - 1 and j == num_steps - 1
+                        last = not by_hand and k == len(window) - 1 and j == num_steps - 1
                         sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
                         with sync:
                             with self.accelerator.autocast():
@@ -273,6 +279,8 @@ class GRPOTrainer:
                             first_update_ratios.append(terms["ratio"].detach())
                         for key in stats:
                             stats[key].append(float(terms[key].detach().float().mean()))
+                if by_hand:
+                    self._average_gradients()
                 lrs.append(self._optimizer_step())
         out = {f"train/{k}": float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
         if first_update_ratios:
@@ -297,6 +305,13 @@ class GRPOTrainer:
         accum = cfg.gradient_accumulation_steps
         size = len(batches) if accum == "auto" else accum
         return [batches[w : w + size] for w in range(0, len(batches), size)]
+
+    def _average_gradients(self) -> None:
+        """Average the LoRA gradients over the processes (one all-reduce per window)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = self.accelerator.reduce(torch.cat([g.flatten() for g in grads]), reduction="mean")
+        for p, g in zip(self.params, flat.split([g.numel() for g in grads])):
+            p.grad = g.view_as(p).to(p.dtype)
 
     def _optimizer_step(self) -> float:
         """Clip, step the optimizer, the schedule and the EMA; returns the step's learning rate."""

@@ -75,3 +75,13 @@ def test_minibatches_split_to_the_count_every_process_runs():
     assert all(len({samples[i]["size"] for i in b}) == 1 for b in more)
     with pytest.raises(ValueError, match="cannot split 9 samples into 10 minibatches"):
         rollout.minibatches(samples, epoch=0, iteration=0, count=10)
+
+
+def test_fsdp_refuses_editing_pipelines_on_several_processes():
+    from paco_grpo.epoch_shape import check_sharding
+
+    check_sharding(sharded=True, editing=False, num_processes=8)
+    check_sharding(sharded=False, editing=True, num_processes=8)
+    check_sharding(sharded=True, editing=True, num_processes=1)
+    with pytest.raises(EpochShapeError, match="FSDP with an editing pipeline.*multi_gpu.yaml"):
+        check_sharding(sharded=True, editing=True, num_processes=2)

@@ -79,7 +79,7 @@ def _overrides(recipe: str, models: dict) -> dict:
             "rewards": {"panel_colour_agreement": 1.0, "clip_t": 1.0},
             "reward_kwargs": {"clip_t": {"model": str(models["clip"])}},
         }
-    resolution = 96 if pipeline == "qwen_image_edit" else 32  # the tiny VAEs' multiples
+    resolution = 64 if pipeline == "qwen_image_edit" else 32  # the tiny VAEs' multiples
     return {
         **out,
         **COLOUR,
