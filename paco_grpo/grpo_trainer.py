@@ -301,7 +301,8 @@ class GRPOTrainer:
         batches = self.rollout.minibatches(samples, epoch, iteration)
         if self.world > 1:
             counts = self.accelerator.gather(torch.tensor([len(batches)], device=self.device))
-            batches = self.rollout.minibatches(samples, epoch, iteration, int(counts.max()))
+            if int(counts.max()) > len(batches):  # only editing sizes make counts differ
+                batches = self.rollout.minibatches(samples, epoch, iteration, int(counts.max()))
         accum = cfg.gradient_accumulation_steps
         size = len(batches) if accum == "auto" else accum
         return [batches[w : w + size] for w in range(0, len(batches), size)]
