@@ -1,6 +1,7 @@
 """``paco-grpo``: Flow-GRPO training from a YAML recipe, and the tiny offline generators.
 
     paco-grpo train recipes/grpo_flux_t2is.yaml --num_train_epochs 50 --train.resolution 512
+    paco-grpo plan recipes/grpo_flux_t2is.yaml --num_processes 8 --gpu_memory_gb 80 [--json]
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
 
@@ -58,6 +59,16 @@ def train(config: GRPOConfig) -> int:
     return 0
 
 
+def plan(config) -> int:
+    return config.print_plan(config.plan())
+
+
+def _plan_config_cls():
+    from paco_grpo.planning import GRPOPlanConfig
+
+    return GRPOPlanConfig
+
+
 def tiny_flux(args: TinyFluxArguments) -> int:
     from paco_grpo.testing.flux import build_tiny_flux
 
@@ -76,6 +87,7 @@ def tiny_edit(args: TinyEditArguments) -> int:
 
 COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
+    Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
     Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
 ]

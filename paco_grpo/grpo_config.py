@@ -258,6 +258,12 @@ class GRPOConfig:
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "Enable gradient checkpointing in the transformer."}
     )
+    skip_plan_check: bool = field(
+        default=False,
+        metadata={
+            "help": "Launch even when the start-up plan says the weights and optimizer states alone exceed the GPU (paco-grpo plan)."
+        },
+    )
     seed: int = field(
         default=42, metadata={"help": "Seed of prompts order, sampling noise and LoRA init."}
     )

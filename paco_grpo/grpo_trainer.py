@@ -48,12 +48,14 @@ from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
 from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
+from paco_grpo.planning import plan_grpo
 from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
 from paco_grpo.tracking import RunLog, save_image_grid
 from paco_reward.devices import resolve_device
 from paco_reward.launch import check_single_job
+from paco_reward.planning import check_plan
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,11 @@ class GRPOTrainer:
         if state.is_main_process:
             logger.info("PaCo-GRPO: %s.", self.shape.describe())
         state.print(f"paco-grpo: {self.shape.describe()}; device {device}")
+        self.plan = check_plan(
+            lambda gpu_gb: plan_grpo(cfg, num_processes=state.num_processes, gpu_memory_gb=gpu_gb,
+                                     sharded=state.distributed_type == DistributedType.FSDP),
+            device, skip=cfg.skip_plan_check, is_main_process=state.is_main_process,
+        )  # fmt: skip
 
         # --- data
         self.items = load_prompts(cfg.prompt_file, cfg.prompt_format, cfg.layout)

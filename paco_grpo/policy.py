@@ -86,6 +86,12 @@ def add_lora(config: GRPOConfig, pipe):
     cast_training_params(transformer, dtype=torch.float32)
     if config.gradient_checkpointing:
         transformer.enable_gradient_checkpointing()
+    if transformer.device.type == "cuda":
+        # PyTorch's cuDNN attention fails in the backward of FLUX.1-dev's real-size attention
+        # (H200, torch 2.11: "mha_graph.execute ... is_good()", or an illegal memory access
+        # without CUDA_LAUNCH_BLOCKING); flash attention, its next choice, trains. Seen by
+        # benchmarks/gpu_check.py.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return transformer
 
 

@@ -50,18 +50,20 @@ def test_publishing_without_a_key_is_refused(tmp_path):
         publish_folder(work, tmp_path / "model", "info.json", {"seconds": 1.0})
 
 
-# A process that builds ``folder`` with build_once; its build records the pid and takes a while.
+# A process that builds ``folder`` with build_once; its build records the pid and lasts until
+# the file ``release`` exists (so a test decides how long a build takes, whatever the load).
 BUILDER = """
 import os, sys, time
 from pathlib import Path
 from paco_reward.cached_folder import build_once
 
-folder, log = Path(sys.argv[1]), Path(sys.argv[2])
+folder, log, release = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 
 def build(work):
     with open(log, "a") as handle:
         handle.write(f"{os.getpid()}\\n")
-    time.sleep(float(sys.argv[3]))
+    while not release.exists():
+        time.sleep(0.05)
     (work / "weights.bin").write_text(str(os.getpid()))
     return {"builder": os.getpid()}
 
@@ -107,17 +109,22 @@ def test_build_once_reuses_a_finished_build(tmp_path):
 
 
 def test_two_processes_asking_for_one_folder_build_it_once(tmp_path):
-    out, log = tmp_path / "model", tmp_path / "builds.log"
-    first = _python(BUILDER, out, log, 3.0)
+    out, log, release = tmp_path / "model", tmp_path / "builds.log", tmp_path / "release"
+    first = _python(BUILDER, out, log, release)
     while not log.is_file():  # the first is building
         time.sleep(0.05)
-    second = _python(BUILDER, out, log, 0.0)
-    (first_out, _), (second_out, second_err) = first.communicate(60), second.communicate(60)
-    assert first.returncode == second.returncode == 0
+    second = _python(BUILDER, out, log, release)
+    second_err = ""
+    while "being built by another process; waiting" not in second_err:  # until the second waits
+        line = second.stderr.readline()
+        assert line, f"the second process ended without waiting: {second_err}"
+        second_err += line
+    release.touch()  # the first finishes its build
+    (first_out, _), (second_out, rest) = first.communicate(60), second.communicate(60)
+    assert first.returncode == second.returncode == 0, second_err + rest
     assert first_out.strip() == second_out.strip() == str(out)
     builders = log.read_text().split()
     assert builders == [str(first.pid)]  # the second waited and reused the first's build
-    assert "being built by another process; waiting" in second_err
     assert json.loads((out / "info.json").read_text())["builder"] == first.pid
     assert (out / "weights.bin").read_text() == str(first.pid)
 

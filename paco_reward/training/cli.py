@@ -6,6 +6,7 @@ of :mod:`paco_reward.command_line`)::
 
     paco-reward train recipes/tiny_cpu.yaml --max_steps 200 --output_dir runs/tiny
     paco-reward merge Qwen/Qwen2.5-VL-7B-Instruct runs/lora runs/merged
+    paco-reward plan recipes/paco_reward_7b_lora.yaml --num_processes 8 --gpu_memory_gb 80 --sharded
 """
 
 from __future__ import annotations
@@ -43,11 +44,19 @@ def run_training(config) -> dict[str, Any]:
     """Train as ``config`` says, save weights + processor + model card to ``output_dir``
     (and ``output_dir/merged`` when ``save_merged``); returns the final held-out metrics."""
     from paco_reward.launch import check_single_job
+    from paco_reward.planning import check_plan
     from paco_reward.training.loading import build_trainer
     from paco_reward.training.merge import merge_lora
     from paco_reward.training.model_card import recipe_dict, write_model_card
+    from paco_reward.training.planning import plan_sft
 
     check_single_job(config.world_size)  # before the model loads
+    sharded = bool(config.deepspeed) or getattr(config, "deepspeed_plugin", None) is not None
+    check_plan(
+        lambda gpu_gb: plan_sft(config, num_processes=config.world_size, gpu_memory_gb=gpu_gb,
+                                sharded=sharded),
+        config.device, skip=config.skip_plan_check, is_main_process=config.process_index == 0,
+    )  # fmt: skip
     trainer = build_trainer(config)
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     output_dir = Path(config.output_dir)
@@ -101,6 +110,16 @@ def merge(args: MergeArguments) -> int:
     return 0
 
 
+def plan(config) -> int:
+    return config.print_plan(config.plan())
+
+
+def _sft_plan_cls():
+    from paco_reward.training.planning import SFTPlanConfig
+
+    return SFTPlanConfig
+
+
 def _sft_config_cls():
     from paco_reward.training.sft_config import PacoSFTConfig
 
@@ -115,5 +134,6 @@ COMMANDS = [
         "SFT the pairwise evaluator from a YAML recipe.",
         recipe=True,
     ),  # fmt: skip
+    Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
 ]

@@ -208,6 +208,13 @@ class PacoSFTConfig(SFTConfig):
         },
     )
 
+    skip_plan_check: bool = field(
+        default=False,
+        metadata={
+            "help": "Train even when the start-up plan says the weights and optimizer states "
+            "alone exceed the GPU (paco-reward plan)."
+        },
+    )
     save_merged: bool = field(
         default=False,
         metadata={

@@ -15,7 +15,7 @@ import pytest
 RUN = Path(__file__).with_name("evaluator_run.py")
 # prompts, stand-in steps, SFT steps (of 16 pairs), pixels per panel: the demo's are
 # 288 / 1600 / 400 of 2 x 16 / 112 x 112.
-SCALE = os.environ.get("PACO_TEST_EVALUATOR_SCALE", "96 600 1000 3136").split()
+SCALE = os.environ.get("PACO_TEST_EVALUATOR_SCALE", "96 600 700 3136").split()
 PIXEL, CLIP, PACO = (
     "pixel similarity (Pixel L1)",
     "tiny CLIP-I",

@@ -133,6 +133,9 @@ def test_recipe_launches_on_its_process_count(recipe, models, tmp_path):
     images = cfg.prompts_per_epoch * cfg.num_generations
     assert stdout.count(f"paco-grpo: {nproc} process(es); {images} images per epoch") == 2
     assert stdout.count("paco-grpo: ") == 2
+    # and the memory plan of that launch, before the weights load, printed by the main process
+    assert stdout.count(f"on {nproc} process(es)\n") == 2
+    assert stdout.count("| **per process** |") == 2
     assert [r["rank"] for r in ranks] == list(range(nproc))
 
     # every rank drew its own share of the epoch's images; together, the whole epoch

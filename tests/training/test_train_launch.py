@@ -51,6 +51,9 @@ def test_the_7b_recipe_trains_one_step_on_8_processes(tiny_model_dir, tmp_path):
     state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
     assert state["global_step"] == 1 and state["train_batch_size"] == 8
     assert (out / "adapter_model.safetensors").is_file()
+    # the start-up plan, once (the main process), for the tiny model on 8 processes
+    assert proc.stdout.count("| **per process** |") == 1
+    assert "SFT on 8 process(es)" in proc.stdout
 
 
 @pytest.mark.slow

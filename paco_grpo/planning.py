@@ -1,0 +1,246 @@
+"""``paco-grpo plan``: a GRPO recipe's memory per process, from the real architectures on
+the meta device (see :mod:`paco_reward.planning` for how each figure is counted).
+
+    >>> from paco_grpo.grpo_config import GRPOConfig
+    >>> from paco_grpo.planning import plan_grpo
+    >>> plan = plan_grpo(GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml"),
+    ...                  num_processes=8, gpu_memory_gb=80)          # doctest: +SKIP
+    >>> print(plan.table())                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from paco_grpo.architectures import pipeline_configs
+from paco_grpo.epoch_shape import EpochShape
+from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
+from paco_reward.architectures import build_empty, count_parameters, model_config
+from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
+
+__all__ = ["GRPOPlanConfig", "plan_grpo", "transformer_activation_bytes"]
+
+
+@dataclass
+class GRPOPlanConfig(GRPOConfig, PlanOptions):
+    """``paco-grpo plan``'s arguments: a GRPO recipe (same overrides as ``train``) and the
+    launch to plan it for."""
+
+    def plan(self) -> Plan:
+        return plan_grpo(self, num_processes=self.num_processes,
+                         gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
+
+
+# The scorer's dtype on a GPU (PacoReward's default there) and CLIP's (its reward's default).
+_REWARD_DTYPES = {"consistency": "bfloat16", "edit_consistency": "bfloat16"}
+
+
+def _tokens(resolution: int, vae_scale: int = 8, patch: int = 2) -> int:
+    """Image tokens of a resolution^2 latent, packed 2 x 2 (FLUX and Qwen-Image alike)."""
+    return (resolution // (vae_scale * patch)) ** 2
+
+
+def _meta_transformer(config: dict[str, Any], lora_r: int, lora_alpha: int, targets, dtype):
+    from peft import LoraConfig
+
+    model = build_empty(config, dtype)
+    model.requires_grad_(False)
+    with torch.device("meta"):
+        model.add_adapter(LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=list(targets)))
+    return model
+
+
+def _forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_tokens: int,
+             reference_tokens: int, dtype):  # fmt: skip
+    """A call of ``model`` on meta inputs of these shapes, as the policy calls it."""
+    meta = {"device": "meta", "dtype": dtype}
+    text = torch.empty(batch, text_tokens, config["joint_attention_dim"], **meta)
+    tokens = image_tokens + reference_tokens
+    latents = torch.empty(batch, tokens, config["in_channels"], **meta)
+    timestep = torch.empty(batch, **meta)
+    if config["_class_name"].startswith("QwenImage"):
+        side = int(image_tokens**0.5)
+        shapes = [[(1, side, side)] + ([(1, side, side)] if reference_tokens else [])] * batch
+        mask = torch.ones(batch, text_tokens, device="meta", dtype=torch.long)
+        return lambda: model(hidden_states=latents, timestep=timestep, guidance=None,
+                             encoder_hidden_states=text, encoder_hidden_states_mask=mask,
+                             img_shapes=shapes, attention_kwargs={}, return_dict=False)[0]  # fmt: skip
+    ids = torch.zeros(tokens, 3, device="meta")
+    pooled = torch.empty(batch, config["pooled_projection_dim"], **meta)
+    guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None
+    return lambda: model(hidden_states=latents, timestep=timestep, guidance=guidance,
+                         pooled_projections=pooled, encoder_hidden_states=text,
+                         txt_ids=torch.zeros(text_tokens, 3, device="meta"), img_ids=ids,
+                         joint_attention_kwargs={}, return_dict=False)[0]  # fmt: skip
+
+
+def transformer_activation_bytes(
+    config: dict[str, Any],
+    *,
+    batch_size: int,
+    resolution: int,
+    text_tokens: int,
+    lora_r: int,
+    gradient_checkpointing: bool,
+    dtype: torch.dtype,
+    reference: bool = False,
+    calls: int = 1,
+    lora_alpha: int | None = None,
+    targets: list[str] | None = None,
+) -> int:
+    """Estimated activation bytes of one training micro-batch of the transformer ``config``
+    (a FLUX or Qwen-Image transformer) at ``resolution``^2 with ``text_tokens`` of text, a
+    reference image of the same area when ``reference`` (editing), ``calls`` forwards per
+    backward (2 with true CFG)."""
+    from paco_grpo.grpo_config import FLUX_LORA_TARGETS
+
+    model = _meta_transformer(
+        config, lora_r, lora_alpha or 2 * lora_r, targets or FLUX_LORA_TARGETS, dtype
+    )
+    tokens = _tokens(resolution)
+    forward = _forward(
+        model, config, batch_size, tokens, text_tokens, tokens if reference else 0, dtype
+    )
+    return activation_bytes(model, forward, calls=calls).bytes(gradient_checkpointing)
+
+
+def _reward_components(config: GRPOConfig) -> list[Component]:
+    from paco_grpo.rewards.registry import REWARDS
+
+    out = []
+    for name in config.rewards:
+        kwargs = dict((config.reward_kwargs or {}).get(name) or {})
+        cls = REWARDS.get(name)
+        signature = inspect.signature(cls).parameters if cls else {}
+        model = kwargs.get("model", signature["model"].default if "model" in signature else None)
+        if model is None or model is inspect.Parameter.empty:
+            continue  # a reward without a model (panel_colour_agreement)
+        if kwargs.get("server_url"):
+            out.append(Component(f"reward {name}: {model}", 0, "-", bytes=0, kind="reward",
+                                 note=f"served at {kwargs['server_url']}: nothing here"))  # fmt: skip
+            continue
+        default = signature["dtype"].default if "dtype" in signature else "float32"
+        dtype = kwargs.get("dtype") or _REWARD_DTYPES.get(name, default)
+        params = count_parameters(build_empty(model_config(model)))
+        out.append(Component(f"reward {name}: {model}", params, str(dtype), kind="reward",
+                             note="in this process (serve it to free this)"))  # fmt: skip
+    return out
+
+
+def plan_grpo(
+    config: GRPOConfig,
+    *,
+    num_processes: int = 1,
+    gpu_memory_gb: float | None = None,
+    sharded: bool = False,
+) -> Plan:
+    """The memory of one training process of ``config`` launched on ``num_processes``
+    (``sharded``: FSDP, the transformer and its LoRA states divided among them), and whether
+    it fits ``gpu_memory_gb``.
+
+    Raises:
+        EpochShapeError: when the epoch does not split over ``num_processes``.
+        ArchitectureError: when the generator or a reward model has no known architecture.
+    """
+    shape = EpochShape.from_config(config, num_processes)
+    dtype = config.dtype
+    torch_dtype = getattr(torch, dtype)
+    configs = pipeline_configs(config.model_name_or_path)
+    share = num_processes if sharded else 1
+    split = f"1/{share} of it (FSDP)" if share > 1 else "frozen"
+    components = []
+    for name, cfg in configs.items():
+        if name == "transformer":
+            continue
+        params = count_parameters(build_empty(cfg))
+        kind = cfg.get("_class_name") or cfg["architectures"][0]
+        components.append(Component(f"{name} ({kind})", params, dtype, note="frozen"))
+    transformer = configs["transformer"]
+    model = _meta_transformer(
+        transformer, config.lora_r, config.lora_alpha, config.lora_target_modules, torch_dtype
+    )
+    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    base = count_parameters(model) - lora
+    components.insert(
+        0,
+        Component(f"transformer ({transformer['_class_name']})", base // share, dtype, note=split),
+    )
+    trained = [
+        ("LoRA parameters", lora, f"r{config.lora_r} on {len(config.lora_target_modules)} projections"),
+        ("LoRA gradients", lora, "float32, as the parameters"),
+        ("AdamW states", 2 * lora, "two moments per parameter"),
+    ]  # fmt: skip
+    if config.use_ema:
+        trained.append(("EMA of the LoRA", lora, f"decay {config.ema_decay}"))
+    components += [
+        Component(name, n // share, "float32", kind="trained", note=note)
+        for name, n, note in trained
+    ]
+
+    editing = config.pipeline in EDIT_PIPELINES
+    calls = 2 if config.pipeline == "qwen_image_edit" and config.train.guidance_scale > 1 else 1
+    tokens = _tokens(config.train.resolution)
+    forward = _forward(
+        model, transformer, config.per_device_train_batch_size, tokens,
+        config.max_sequence_length, tokens if editing else 0, torch_dtype,
+    )  # fmt: skip
+    estimate = activation_bytes(model, forward, calls=calls)
+    ckpt = config.gradient_checkpointing
+    other = estimate.bytes(not ckpt) / GiB
+    components.append(
+        Component(
+            f"activations: {config.per_device_train_batch_size} x {config.train.resolution}^2"
+            f"{' + reference' if editing else ''}{', true CFG x2' if calls == 2 else ''}",
+            0,
+            dtype,
+            bytes=estimate.bytes(ckpt),
+            kind="activations",
+            note=f"estimate, gradient checkpointing {'on' if ckpt else 'off'} "
+            f"({'off' if ckpt else 'on'}: {other:.1f} GiB)",
+        )  # fmt: skip
+    )
+    components += _reward_components(config)
+
+    memory = int(gpu_memory_gb * GiB) if gpu_memory_gb else None
+    plan = Plan(
+        f"{config.model_name_or_path} on {num_processes} process(es)",
+        components,
+        gpu_memory_bytes=memory,
+        facts={
+            "processes": num_processes,
+            "images_per_process_per_epoch": shape.images_per_process,
+            "micro_batch": config.per_device_train_batch_size,
+            "gradient_accumulation_steps": shape.gradient_accumulation_steps,
+            "optimizer_steps_per_epoch": shape.optimizer_steps_per_epoch,
+            "text_tokens": config.max_sequence_length,
+            "not_counted": "sampling and evaluation (no gradients; the VAE decode at the test "
+            "resolution is transient), CUDA context and allocator caching (about 1-3 GiB)",
+        },
+    )
+    if plan.fits is False:
+        plan.advice = _advice(config, plan, editing, sharded)
+    return plan
+
+
+def _advice(config: GRPOConfig, plan: Plan, editing: bool, sharded: bool) -> list[str]:
+    advice = []
+    in_process = [c for c in plan.components if c.kind == "reward" and c.bytes]
+    if in_process:
+        gib = sum(c.bytes for c in in_process) / GiB
+        advice.append(
+            f"serve the rewards ({gib:.1f} GiB here): reward_kwargs.<name>.server_url, "
+            "see recipes/serve_rewards.sh"
+        )
+    if not config.gradient_checkpointing:
+        advice.append("gradient_checkpointing: true")
+    if config.per_device_train_batch_size > 1:
+        advice.append(
+            f"a smaller per_device_train_batch_size (now {config.per_device_train_batch_size})"
+        )
+    if not sharded and not editing:
+        advice.append("shard the transformer: recipes/accelerate/fsdp_grpo.yaml")
+    return advice

@@ -1,0 +1,109 @@
+"""The architectures of the models the recipes name, as their public configuration files
+(no weights), so a plan or a GPU check can build them without a model hub.
+
+A local folder's own ``config.json`` always wins (a fine-tuned checkpoint, a tiny test
+model); a hub id falls back to the file shipped here. :func:`build_empty` builds the model
+on the meta device through the class the trainer loads (``architectures`` of a transformers
+config, ``_class_name`` of a diffusers one): shapes and parameter counts, no memory.
+
+    >>> from paco_reward.architectures import build_empty, model_config
+    >>> model = build_empty(model_config("X-GenGroup/PaCo-Reward-7B"))  # doctest: +SKIP
+    >>> sum(p.numel() for p in model.parameters()) / 1e9                 # doctest: +SKIP
+    8.29...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ArchitectureError",
+    "MODELS",
+    "build_empty",
+    "count_parameters",
+    "model_config",
+    "shipped_config",
+]
+
+SHIPPED = Path(__file__).parent
+
+# Hub id -> shipped config file. The evaluator is Qwen2.5-VL-7B-Instruct fine-tuned, so its
+# architecture is the base's; PickScore is a CLIP-ViT-H-14.
+MODELS: dict[str, str] = {
+    "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b.json",
+    "X-GenGroup/PaCo-Reward-7B": "qwen2_5_vl_7b.json",
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": "clip_vit_h_14.json",
+    "yuvalkirstain/PickScore_v1": "clip_vit_h_14.json",
+}
+
+
+class ArchitectureError(ValueError):
+    """A model whose architecture is neither in a local folder nor shipped here."""
+
+
+def shipped_config(file: str, root: Path = SHIPPED) -> dict[str, Any]:
+    """The shipped configuration ``file`` (under ``root``) as a dict."""
+    return json.loads((root / file).read_text())
+
+
+def model_config(
+    name_or_path: str | Path, subfolder: str | None = None, known: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The configuration of ``name_or_path``: its folder's ``config.json`` where it is a local
+    folder, else the shipped file of a known hub id (``known``, default :data:`MODELS`).
+
+    Raises:
+        ArchitectureError: naming the model, when neither exists.
+    """
+    folder = Path(name_or_path) / (subfolder or "")
+    if (folder / "config.json").is_file():
+        return json.loads((folder / "config.json").read_text())
+    known = MODELS if known is None else known
+    if str(name_or_path) in known:
+        return shipped_config(known[str(name_or_path)])
+    raise ArchitectureError(
+        f"no architecture for {str(name_or_path)!r}: it is not a local folder with a "
+        f"config.json, and the shipped ones are {sorted(known)}. Pass the local folder "
+        "of the model (its config.json is enough; no weights are read)."
+    )
+
+
+def build_empty(config: dict[str, Any], dtype=None):
+    """The model ``config`` describes, on the meta device (no memory, no weights), built
+    through its own class: ``_class_name`` from diffusers, else ``architectures[0]`` from
+    transformers; parameters in ``dtype`` (default: torch's, float32)."""
+    import torch
+
+    with torch.device("meta"), _default_dtype(dtype or torch.get_default_dtype()):
+        if "_class_name" in config:
+            import diffusers
+
+            cls = getattr(diffusers, config["_class_name"])
+            return cls.from_config({k: v for k, v in config.items() if not k.startswith("_")})
+        import transformers
+
+        (name,) = config["architectures"][:1]
+        cls = getattr(transformers, name)
+        hf_config = transformers.AutoConfig.for_model(**config)
+        return cls._from_config(hf_config)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def count_parameters(module) -> int:
+    """Parameters of ``module``, each shared tensor counted once."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())

@@ -1,0 +1,154 @@
+"""``paco-reward plan``: an SFT recipe's memory per process, from the evaluator's real
+architecture on the meta device (see :mod:`paco_reward.planning` for how each figure is
+counted).
+
+    >>> from paco_reward.training.cli import load_recipe
+    >>> from paco_reward.training.planning import plan_sft
+    >>> plan = plan_sft(load_recipe("recipes/paco_reward_7b_lora.yaml"), num_processes=8,
+    ...                 gpu_memory_gb=80, sharded=True)                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from paco_reward.architectures import build_empty, count_parameters, model_config
+from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
+from paco_reward.training.sft_config import PacoSFTConfig
+
+__all__ = ["SFTPlanConfig", "plan_sft"]
+
+
+@dataclass
+class SFTPlanConfig(PacoSFTConfig, PlanOptions):
+    """``paco-reward plan``'s arguments: an SFT recipe (same overrides as ``train``) and the
+    launch to plan it for."""
+
+    def __post_init__(self) -> None:
+        if not torch.cuda.is_available():
+            self.use_cpu = True  # a plan is made anywhere; bf16 is refused on a CPU otherwise
+        super().__post_init__()
+
+    def plan(self) -> Plan:
+        return plan_sft(self, num_processes=self.num_processes,
+                        gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
+
+
+# Qwen2.5-VL: one token per 28 x 28 pixels (14-pixel patches merged 2 x 2); the processor's
+# default ceiling when a recipe sets none.
+PIXELS_PER_TOKEN = 28 * 28
+DEFAULT_MAX_PIXELS = 12_845_056
+# Text around the two images: the rendered instruction (about 150 tokens of the consistency
+# template) and the answer (Yes/No and its reason), which is all the loss reads.
+PROMPT_TOKENS = 192
+ANSWER_TOKENS = 256
+
+
+def _language_model_forward(model, batch: int, image_tokens: int, dtype):
+    """A training forward of the language model on meta inputs: the image features stand in
+    for the frozen vision tower (it saves nothing for the backward), and the loss reads the
+    answer's logits only (``logits_to_keep``, as the trainer does)."""
+    config = model.config
+    hidden = (
+        config.text_config.hidden_size if hasattr(config, "text_config") else config.hidden_size
+    )
+    length = 2 * image_tokens + PROMPT_TOKENS + ANSWER_TOKENS
+    embeds = torch.empty(batch, length, hidden, device="meta", dtype=dtype)
+    positions = torch.zeros(3, batch, length, device="meta", dtype=torch.long)
+    labels = torch.zeros(batch * ANSWER_TOKENS, device="meta", dtype=torch.long)
+    language_model = model.get_decoder()
+
+    def forward():
+        out = language_model(inputs_embeds=embeds, position_ids=positions, use_cache=False)
+        logits = model.lm_head(out.last_hidden_state[:, -ANSWER_TOKENS:]).float()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels)
+
+    return forward, length
+
+
+def plan_sft(
+    config, *, num_processes: int = 1, gpu_memory_gb: float | None = None, sharded: bool = False
+) -> Plan:
+    """The memory of one process of the SFT recipe ``config`` (a ``PacoSFTConfig``) on
+    ``num_processes`` (``sharded``: ZeRO-2, gradients and optimizer states divided among
+    them, as ``recipes/accelerate/sft_zero2.yaml`` launches), and whether it fits."""
+    from peft import get_peft_model
+
+    from paco_reward.training.loading import lora_config
+
+    dtype = config.model_dtype if config.model_dtype != "auto" else "bfloat16"
+    torch_dtype = getattr(torch, dtype)
+    model = build_empty(model_config(config.model_name_or_path), torch_dtype)
+    base = count_parameters(model)
+    model.requires_grad_(False)
+    lora = lora_config(config)
+    if lora is not None:
+        with torch.device("meta"):
+            model = get_peft_model(model, lora)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad) if lora else base
+    share = num_processes if sharded else 1
+    name = type(model.get_base_model() if lora else model).__name__
+    components = [Component(f"model ({name})", base if lora else 0, dtype, note="frozen")]
+    states = [
+        ("LoRA parameters" if lora else "parameters (trained)", trained, 1),
+        ("gradients", trained, share),
+        ("AdamW states", 2 * trained, share),
+    ]
+    components += [
+        Component(
+            label,
+            n // div,
+            "float32" if lora else dtype,
+            kind="trained",
+            note=f"1/{div} of it (ZeRO-2)" if div > 1 else "",
+        )  # fmt: skip
+        for label, n, div in states
+    ]
+    pixels = config.image_max_pixels or DEFAULT_MAX_PIXELS
+    image_tokens = pixels // PIXELS_PER_TOKEN
+    batch = config.per_device_train_batch_size
+    forward, length = _language_model_forward(
+        model.get_base_model() if lora else model, batch, image_tokens, torch_dtype
+    )
+    estimate = activation_bytes(model, forward)
+    ckpt = bool(config.activation_checkpointing or config.gradient_checkpointing)
+    components.append(
+        Component(
+            f"activations: {batch} pairs x {length} tokens",
+            0,
+            dtype,
+            bytes=estimate.bytes(ckpt),
+            kind="activations",
+            note=f"estimate, checkpointing {'on' if ckpt else 'off'} "
+            f"({'off' if ckpt else 'on'}: {estimate.bytes(not ckpt) / GiB:.1f} GiB); two "
+            f"images of {pixels:,} px, {PROMPT_TOKENS} prompt + {ANSWER_TOKENS} answer tokens",
+        )  # fmt: skip
+    )
+    memory = int(gpu_memory_gb * GiB) if gpu_memory_gb else None
+    pairs = batch * num_processes * config.gradient_accumulation_steps
+    plan = Plan(
+        f"{config.model_name_or_path} SFT on {num_processes} process(es)",
+        components,
+        gpu_memory_bytes=memory,
+        facts={
+            "processes": num_processes,
+            "pairs_per_optimizer_step": pairs,
+            "image_tokens_per_image": image_tokens,
+            "not_counted": "the frozen vision tower's transient forward memory, CUDA context "
+            "and allocator caching (about 1-3 GiB)",
+        },
+    )
+    if plan.fits is False:
+        plan.advice = [
+            a
+            for a, needed in (
+                ("activation_checkpointing: true", not ckpt),
+                (f"a smaller per_device_train_batch_size (now {batch})", batch > 1),
+                (f"a smaller image_max_pixels (now {pixels:,})", True),
+                ("shard with recipes/accelerate/sft_zero2.yaml", not sharded),
+            )
+            if needed
+        ]
+    return plan

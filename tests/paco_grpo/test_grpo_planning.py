@@ -1,0 +1,145 @@
+"""``paco-grpo plan``: the paper's recipe planned from FLUX.1-dev's real architecture, the
+LoRA and optimizer figures against counts made here from the layers' shapes, the start-up
+check (refuse a certain failure, warn on the estimate, never block on its own error), and
+the activation estimate against memory measured at reduced width."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from benchmarks.plan_calibration import calibrate
+from paco_grpo.architectures import pipeline_configs
+from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.planning import plan_grpo
+from paco_reward import planning
+from paco_reward.architectures import build_empty
+from paco_reward.planning import GiB, PlanError, check_plan
+
+
+def _lora_parameters(config: dict, targets: list[str], r: int) -> int:
+    """r x (in + out) per adapted linear layer, read off the built layers."""
+    model = build_empty(config)
+    return sum(
+        r * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and any(name.endswith(t) for t in targets)
+    )
+
+
+def test_the_paper_recipe_planned_on_eight_80_gb_gpus():
+    cmd = [sys.executable, "-m", "paco_grpo.cli", "plan", "recipes/grpo_flux_t2is.yaml",
+           "--num_processes", "8", "--gpu_memory_gb", "80", "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout)
+    parts = {c["name"]: c for c in plan["components"]}
+    transformer = parts["transformer (FluxTransformer2DModel)"]
+    assert transformer["parameters"] == pytest.approx(11.9e9, rel=0.01)
+    assert transformer["bytes"] == 2 * transformer["parameters"]  # bfloat16
+    assert parts["text_encoder_2 (T5EncoderModel)"]["parameters"] == pytest.approx(4.76e9, rel=0.01)
+
+    cfg = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
+    lora = _lora_parameters(
+        pipeline_configs(cfg.model_name_or_path)["transformer"], cfg.lora_target_modules, 64
+    )
+    assert parts["LoRA parameters"]["parameters"] == lora
+    assert parts["AdamW states"]["bytes"] == 2 * 4 * lora
+    assert parts["EMA of the LoRA"]["bytes"] == 4 * lora  # use_ema: true
+    assert {"reward consistency: X-GenGroup/PaCo-Reward-7B",
+            "reward clip_t: laion/CLIP-ViT-H-14-laion2B-s32B-b79K"} <= set(parts)  # fmt: skip
+    activations = [c for c in plan["components"] if c["kind"] == "activations"]
+    assert len(activations) == 1 and activations[0]["bytes"] > 0
+
+    assert plan["per_process_bytes"] == sum(c["bytes"] for c in plan["components"])
+    assert plan["fits"] is (plan["per_process_bytes"] <= 80 * GiB)
+    assert plan["processes"] == 8 and plan["images_per_process_per_epoch"] == 42 * 16 // 8
+    assert plan["optimizer_steps_per_epoch"] == 1
+
+
+def test_served_rewards_and_sharding_take_their_memory_away():
+    cfg = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
+    local = plan_grpo(cfg, num_processes=8)
+    served = GRPOConfig.from_yaml(
+        "recipes/grpo_flux_t2is.yaml",
+        {"reward_kwargs": {"consistency": {"model": "PaCo-Reward-7B",
+                                           "server_url": "http://127.0.0.1:8000/v1"},
+                           "clip_t": {"model": "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"}}},
+    )  # fmt: skip
+    served_plan = plan_grpo(served, num_processes=8)
+    freed = local.per_process_bytes - served_plan.per_process_bytes
+    assert freed == pytest.approx(8.29e9 * 2, rel=0.01)  # PaCo-Reward-7B in bfloat16
+    sharded = plan_grpo(cfg, num_processes=8, sharded=True)
+    (t_local,) = [c for c in local.components if c.name.startswith("transformer")]
+    (t_sharded,) = [c for c in sharded.components if c.name.startswith("transformer")]
+    assert t_sharded.bytes == pytest.approx(t_local.bytes / 8, abs=2)
+
+
+def _tiny_config(flux_dir, out) -> GRPOConfig:
+    return GRPOConfig.from_yaml(
+        "recipes/grpo_tiny_cpu.yaml",
+        {"model_name_or_path": str(flux_dir), "output_dir": str(out), "report_to": []},
+    )
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory):
+    from paco_grpo.testing.flux import build_tiny_flux
+
+    return build_tiny_flux(tmp_path_factory.mktemp("tiny-flux") / "flux", seed=0)
+
+
+def test_start_up_refuses_a_certain_failure_before_anything_loads(flux_dir, tmp_path, monkeypatch):
+    """A GPU smaller than the tiny model's weights: the trainer stops at its plan, before
+    the rewards, the pipeline or the output folder exist; --skip_plan_check goes on."""
+    from paco_grpo.grpo_trainer import GRPOTrainer
+
+    monkeypatch.setattr(planning, "gpu_memory_bytes", lambda device=None: 1024)
+    cfg = _tiny_config(flux_dir, tmp_path / "run")
+    with pytest.raises(PlanError, match=r"cannot fit.*skip_plan_check"):
+        GRPOTrainer(cfg)
+    assert not (tmp_path / "run").exists()
+
+    cfg = _tiny_config(flux_dir, tmp_path / "run")
+    cfg.skip_plan_check = True
+    trainer = GRPOTrainer(cfg)
+    assert trainer.plan is not None and trainer.plan.certain_failure
+
+
+def test_start_up_warns_when_only_the_estimate_exceeds(flux_dir, tmp_path, caplog, capsys):
+    cfg = _tiny_config(flux_dir, tmp_path / "run")
+    full = plan_grpo(cfg)
+    between = (full.static_bytes + full.per_process_bytes) / 2 / GiB  # above the weights only
+    with caplog.at_level(logging.WARNING, logger="paco_reward.planning"):
+        plan = check_plan(lambda gb: plan_grpo(cfg, gpu_memory_gb=between), "cpu")
+    assert plan.fits is False and not plan.certain_failure
+    assert "may not fit" in caplog.text and "per_device_train_batch_size" in caplog.text
+    assert "| **per process** |" in capsys.readouterr().out  # the table, printed
+
+
+def test_a_plan_that_cannot_be_made_never_blocks(caplog):
+    def broken(gpu_gb):
+        raise ValueError("unknown architecture")
+
+    with caplog.at_level(logging.WARNING, logger="paco_reward.planning"):
+        assert check_plan(broken, "cpu") is None
+    assert "No memory plan" in caplog.text and "unknown architecture" in caplog.text
+
+
+@pytest.mark.slow
+def test_activation_estimate_within_10_percent_of_measured_peak():
+    """FLUX's blocks at widths 128 and 256, two micro-batches and resolutions, with and
+    without gradient checkpointing (benchmarks/plan_calibration.py prints this table)."""
+    rows = calibrate()
+    assert len(rows) == 4
+    for row in rows:
+        assert abs(row["error"]) < 0.10, row
+    # checkpointing keeps a fraction, and a bigger micro-batch more
+    off = [r["measured_mib"] for r in rows if not r["gradient_checkpointing"]]
+    on = [r["measured_mib"] for r in rows if r["gradient_checkpointing"]]
+    assert all(b < a / 2 for a, b in zip(off, on)) and off[1] > off[0]

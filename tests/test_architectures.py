@@ -1,0 +1,75 @@
+"""The shipped architectures are the published models: built on the meta device through
+the classes the trainer loads, their parameter counts match the published sizes within 1 %.
+
+Published sizes: the parameter counts Hugging Face Hub shows for each model's safetensors
+(FLUX.1-dev transformer 11.9 B and VAE 83.8 M, Qwen2.5-VL-7B-Instruct 8.29 B, Qwen-Image
+transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
+open_clip's model table for CLIP-ViT-H-14 (986.1 M) and ViT-L-14's text tower (123.65 M,
+with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE for Qwen-Image's
+(127 M).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paco_grpo.architectures import PIPELINES, pipeline_configs
+from paco_reward.architectures import (
+    MODELS,
+    ArchitectureError,
+    build_empty,
+    count_parameters,
+    model_config,
+)
+
+PUBLISHED = {
+    ("black-forest-labs/FLUX.1-dev", "transformer"): 11.9e9,
+    ("black-forest-labs/FLUX.1-dev", "vae"): 83.8e6,
+    ("black-forest-labs/FLUX.1-dev", "text_encoder"): 123.65e6,
+    ("black-forest-labs/FLUX.1-dev", "text_encoder_2"): 4.76e9,
+    ("black-forest-labs/FLUX.1-Kontext-dev", "transformer"): 11.9e9,
+    ("black-forest-labs/FLUX.1-Kontext-dev", "vae"): 83.8e6,
+    ("black-forest-labs/FLUX.1-Kontext-dev", "text_encoder"): 123.65e6,
+    ("black-forest-labs/FLUX.1-Kontext-dev", "text_encoder_2"): 4.76e9,
+    ("Qwen/Qwen-Image-Edit", "transformer"): 20.4e9,
+    ("Qwen/Qwen-Image-Edit", "vae"): 127e6,
+    ("Qwen/Qwen-Image-Edit", "text_encoder"): 8.29e9,
+    ("X-GenGroup/PaCo-Reward-7B", None): 8.29e9,
+    ("Qwen/Qwen2.5-VL-7B-Instruct", None): 8.29e9,
+    ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", None): 986.1e6,
+    ("yuvalkirstain/PickScore_v1", None): 986.1e6,
+}
+
+
+def test_every_shipped_model_has_a_published_size():
+    shipped = {(m, None) for m in MODELS}
+    shipped |= {(p, c) for p, components in PIPELINES.items() for c in components}
+    assert shipped == set(PUBLISHED)
+
+
+@pytest.mark.parametrize("model, component", sorted(PUBLISHED, key=str))
+def test_parameter_count_matches_the_published_size(model, component):
+    config = pipeline_configs(model)[component] if component else model_config(model)
+    built = build_empty(config)
+    assert {p.device.type for p in built.parameters()} == {"meta"}  # nothing allocated
+    expected = PUBLISHED[(model, component)]
+    assert count_parameters(built) == pytest.approx(expected, rel=0.01)
+
+
+def test_a_local_folder_wins_over_the_shipped_file(tmp_path):
+    config = {**model_config("X-GenGroup/PaCo-Reward-7B"), "num_hidden_layers": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert model_config(tmp_path)["num_hidden_layers"] == 2
+    (tmp_path / "model_index.json").write_text(json.dumps({"transformer": ["diffusers", "X"]}))
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps({"_class_name": "X"}))
+    assert pipeline_configs(tmp_path) == {"transformer": {"_class_name": "X"}}
+
+
+def test_an_unknown_model_names_itself_and_the_way_out():
+    with pytest.raises(ArchitectureError, match=r"'org/unknown'.*local folder"):
+        model_config("org/unknown")
+    with pytest.raises(ArchitectureError, match=r"'org/unknown-pipe'.*model_index.json"):
+        pipeline_configs("org/unknown-pipe")
