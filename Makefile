@@ -24,7 +24,7 @@ BROWSER_STAMP := $(VENV)/.browser-stamp
 CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
 CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
-.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser environments
+.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser environments screenshots
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -112,6 +112,11 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# The README's screenshots of `paco-data annotate` (docs/annotate*.png); `make test` writes
+# them to a temporary folder only.
+screenshots: $(STAMP) $(BROWSER_STAMP)
+	PACO_SCREENSHOTS_DIR=docs $(PY) -m pytest -q -p no:cacheprovider tests/annotate/test_annotate_browser.py
 
 demo: $(STAMP)
 	$(PY) -m demo --output_dir demo_output

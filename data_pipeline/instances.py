@@ -19,7 +19,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_pipeline.generate import read_panels
 from data_pipeline.prompts import read_prompts
 from data_pipeline.storage import read_jsonl, stable_id, write_json, write_jsonl
 
@@ -154,6 +153,9 @@ def _instance(
 def build_instances(work_dir: str | Path, config: PairingConfig | None = None) -> Path:
     """Stage 3: ``<work_dir>/panels.jsonl`` -> ``<work_dir>/instances.jsonl`` (atomic,
     deterministic, so re-running gives the same ids)."""
+    # Imported here: stage 2's images (PIL, numpy) are not needed to read instances.
+    from data_pipeline.generate import read_panels
+
     work_dir = Path(work_dir)
     instances = make_instances(read_panels(work_dir), read_prompts(work_dir), config)
     out = work_dir / INSTANCES_FILE

@@ -19,12 +19,13 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any
 
 from paco_reward.atomic_io import atomic_write_bytes, atomic_write_text
 from paco_reward.errors import PacoError
+
+if TYPE_CHECKING:  # a type only: reading and writing JSONL needs no PIL
+    from PIL import Image
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ A recipe is a YAML file whose keys are these fields, flat except where training 
 evaluation differ: ``train:`` and ``test:`` map 1:1 to :class:`TrainSection` /
 :class:`EvalSection`. Fields take the names of ``transformers.TrainingArguments`` and trl's
 ``GRPOConfig`` wherever the idea is the same (``lora_r``, ``num_train_epochs``,
-``num_generations``, ``epsilon``, ``report_to``, ...); a key under an older name fails
-with a message naming the new one, and unknown keys fail at load time. Command-line flags
-override with dotted names (``--train.resolution 256``). ``config.json`` in a run's
-output folder reloads with :meth:`GRPOConfig.from_yaml`.
+``num_generations``, ``epsilon``, ``report_to``, ``gradient_checkpointing``, ...); an
+unknown key fails at load time, naming it and listing the valid ones. Command-line flags
+override with dotted names (``--train.resolution 256``). ``config.json`` in a run's output
+folder reloads with :meth:`GRPOConfig.from_yaml`.
 
     >>> cfg = GRPOConfig(model_name_or_path="tiny", prompt_file="p.txt", rewards={"panel_colour_agreement": 1.0})
     >>> cfg.train.resolution, cfg.test.resolution
@@ -21,7 +21,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 from paco_reward.command_line import apply_overrides, coerce_floats
@@ -194,8 +194,6 @@ class EvalSection:
 class GRPOConfig:
     """Configuration of :class:`paco_grpo.grpo_trainer.GRPOTrainer` (one recipe = one config)."""
 
-    RENAMED_FIELDS: ClassVar[dict[str, str]]  # earlier names -> current ones (set below)
-
     # ---- model
     model_name_or_path: str = field(
         metadata={
@@ -256,7 +254,10 @@ class GRPOConfig:
         default="no", metadata={"help": f"accelerate mixed precision, one of {MIXED_PRECISION}."}
     )
     gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Enable gradient checkpointing in the transformer."}
+        default=False,
+        metadata={
+            "help": "Recompute the transformer's activations in the backward pass instead of keeping them: less memory, slower steps."
+        },
     )
     skip_plan_check: bool = field(
         default=False,
@@ -526,7 +527,7 @@ class GRPOConfig:
     # ------------------------------------------------------------------ (de)serialisation
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
-        """Build from a mapping, failing on unknown or renamed keys (in the sections too).
+        """Build from a mapping, failing on unknown keys (in the sections too).
 
         ``paco_rl_version`` (written by :meth:`save_json`) is accepted and checked."""
         data = dict(data)
@@ -571,36 +572,11 @@ class GRPOConfig:
 
 
 VERSION_KEY = "paco_rl_version"
-# Earlier field names -> the TrainingArguments / trl GRPOConfig names that replaced them.
-RENAMED = {
-    "lora_rank": "lora_r",
-    "lr_scheduler": "lr_scheduler_type",
-    "resume_from": "resume_from_checkpoint",
-    "tensorboard": "report_to",
-    "keep_checkpoints": "save_total_limit",
-    "max_epochs": "num_train_epochs",
-    "group_size": "num_generations",
-    "clip_range": "epsilon",
-    "num_inner_epochs": "num_iterations",
-    "train_batch_size": "per_device_train_batch_size",
-    "ema": "use_ema",
-    "test.batch_size": "per_device_eval_batch_size",
-}
-
-
-GRPOConfig.RENAMED_FIELDS = RENAMED
 
 
 def _from_dict(cls, data: dict[str, Any], prefix: str):
     if not isinstance(data, dict):
         raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
-    renamed = {prefix + k: RENAMED[prefix + k] for k in data if prefix + k in RENAMED}
-    if renamed:
-        raise ValueError(
-            "Renamed config key(s): "
-            + ", ".join(f"{old!r} is now {new!r}" for old, new in renamed.items())
-            + " (the names of transformers.TrainingArguments / trl's GRPOConfig)."
-        )
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:

@@ -1,4 +1,14 @@
-"""paco_reward: the PaCo pairwise consistency evaluator (scoring, training, serving)."""
+"""paco_reward: the PaCo pairwise consistency evaluator (scoring, training, serving).
+
+The scorer's names are imported on first use: importing a light module of the package
+(``paco_reward.errors``, ``paco_reward.atomic_io``, as the data pipeline and its annotation
+app do) must not load torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from paco_reward.errors import (
     InvalidImageError,
@@ -9,12 +19,48 @@ from paco_reward.errors import (
     RewardServerError,
     YesNoTokenError,
 )
-from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
-from paco_reward.reward import PacoReward
-from paco_reward.templates import TEMPLATES, build_messages, format_answer, render_instruction
-from paco_reward.yes_no import YesNoTokens, yes_probability
+
+if TYPE_CHECKING:
+    from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
+    from paco_reward.reward import PacoReward
+    from paco_reward.templates import (
+        TEMPLATES,
+        build_messages,
+        format_answer,
+        render_instruction,
+    )
+    from paco_reward.yes_no import YesNoTokens, yes_probability
 
 __version__ = "0.1.0"
+
+# name -> the module that defines it, imported when the name is first used
+_LAZY = {
+    "EditScore": "paco_reward.outputs",
+    "Judgement": "paco_reward.outputs",
+    "Ranking": "paco_reward.outputs",
+    "SetScore": "paco_reward.outputs",
+    "PacoReward": "paco_reward.reward",
+    "TEMPLATES": "paco_reward.templates",
+    "build_messages": "paco_reward.templates",
+    "format_answer": "paco_reward.templates",
+    "render_instruction": "paco_reward.templates",
+    "YesNoTokens": "paco_reward.yes_no",
+    "yes_probability": "paco_reward.yes_no",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'paco_reward' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "TEMPLATES",

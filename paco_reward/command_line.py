@@ -180,12 +180,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: 
     """Add one option per field of ``cls`` (nested dataclass fields as dotted options).
 
     With ``required``, a field without a default is a required option (``False`` when a
-    recipe may give it). A class may list earlier field names in ``RENAMED_FIELDS``
-    (``{old: new}``): their flags are accepted, hidden, so that building the config reports
-    the new name."""
-    for old in getattr(cls, "RENAMED_FIELDS", {}) if not prefix else ():
-        parser.add_argument(f"--{old}", dest=old, type=_yaml_value, default=argparse.SUPPRESS,
-                            help=argparse.SUPPRESS)  # fmt: skip
+    recipe may give it)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init:

@@ -99,7 +99,7 @@ def test_bf16_sft_steps_have_finite_losses_and_move_every_lora_weight(
     tmp_path, tiny_model_dir, fresh_accelerator_state
 ):
     """Two optimizer steps of the 7B recipe's set-up (bf16 weights, bf16 mixed precision, LoRA
-    r32/a64 on every language-model linear, activation checkpointing, lr 2e-4). Two, because
+    r32/a64 on every language-model linear, gradient checkpointing, lr 2e-4). Two, because
     LoRA's B starts at zero, so A gets no gradient on the first step. At lr 2e-4 an Adam step
     is about 2e-4 per weight, under half of bf16's spacing (4.9e-4) for LoRA-A weights above
     0.0625: every element moves only because the adapter is kept in fp32 (PEFT's default)."""
@@ -117,7 +117,7 @@ def test_bf16_sft_steps_have_finite_losses_and_move_every_lora_weight(
         lora_alpha=64,
         lora_dropout=0.0,
         first_token_weight=0.1,
-        activation_checkpointing=True,
+        gradient_checkpointing=True,
         learning_rate=2e-4,
         lr_scheduler_type="constant",
         per_device_train_batch_size=4,

@@ -40,6 +40,9 @@ SECURITY_HEADERS = {
 
 
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+# A ranking is a few hundred bytes; a larger body is refused before it is read. With the
+# length known up front (chunked bodies are refused), the server reads no more than this.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -58,6 +61,27 @@ def _validation_message(err: RequestValidationError) -> str:
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{where}: {message}")
     return "Malformed request, nothing was stored (" + "; ".join(parts) + ")."
+
+
+def _body_error(request: Request) -> JSONResponse | None:
+    """A 4xx for a body the app will not read (too large, or of unknown length), else None."""
+    length = request.headers.get("content-length")
+    if length is None:
+        if "transfer-encoding" not in request.headers:
+            return None  # no body
+        return _error(
+            411, "Send the body with a Content-Length header; nothing was stored.", "no_length"
+        )
+    if not (length.isascii() and length.isdigit()):
+        return _error(400, "Malformed Content-Length header; nothing was stored.", "bad_length")
+    if len(length) > 9 or int(length) > MAX_BODY_BYTES:
+        return _error(
+            413,
+            f"The request body is larger than the {MAX_BODY_BYTES} bytes this server accepts "
+            "(a ranking takes a few hundred); nothing was stored.",
+            "too_large",
+        )
+    return None
 
 
 def load_static() -> dict[str, tuple[bytes, str]]:
@@ -108,6 +132,8 @@ def create_app(config: AnnotateConfig, store: AnnotationStore | None = None) -> 
         if loopback_only and host not in LOOPBACK_NAMES:
             logger.warning("refused request for host %r", request.headers.get("host"))
             response = _error(400, "This server answers requests to 127.0.0.1 only.", "bad_host")
+        elif (refused := _body_error(request)) is not None:
+            response = refused
         # JSON only: a form or text/plain POST from another site (no CORS preflight) cannot
         # store a ranking in someone's name.
         elif request.method == "POST" and not request.headers.get("content-type", "").startswith(

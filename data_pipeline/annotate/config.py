@@ -17,16 +17,32 @@ from urllib.parse import urlencode
 
 logger = logging.getLogger(__name__)
 
-# Annotator names go into the store and into URLs: keep them short and plain.
-ANNOTATOR_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+# Annotator names go into the store and into URLs: keep them short and plain. Matched with
+# fullmatch: `$` would also accept a trailing newline ("alice\n", a second "alice").
+ANNOTATOR_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 ANNOTATOR_RULE = "1-64 characters: letters, digits and _ . @ -, starting with a letter or digit"
 MIN_KEY_LENGTH = 8
+# Error messages quote what was sent, but only this much of it: a reply never grows with the
+# request.
+ECHO_LIMIT = 80
+
+
+def shown(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``value`` quoted for an error message, cut to ``limit`` characters.
+
+    >>> shown("x" * 100, limit=3)
+    "'xxx…' (100 characters)"
+    """
+    text = str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit] + '…'!r} ({len(text)} characters)"
 
 
 def check_annotator(name: str) -> str:
     """``name`` if it is a valid annotator id, else ``ValueError`` naming the rule."""
-    if not isinstance(name, str) or not ANNOTATOR_PATTERN.match(name):
-        raise ValueError(f"annotator name {name!r} is not allowed; use {ANNOTATOR_RULE}.")
+    if not isinstance(name, str) or not ANNOTATOR_PATTERN.fullmatch(name):
+        raise ValueError(f"annotator name {shown(name)} is not allowed; use {ANNOTATOR_RULE}.")
     return name
 
 

@@ -20,7 +20,7 @@ import logging
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from data_pipeline.annotate.config import ANNOTATOR_RULE, check_annotator
+from data_pipeline.annotate.config import ANNOTATOR_RULE, check_annotator, shown
 from data_pipeline.annotate.schemas import RankingIn, SessionIn
 from data_pipeline.annotate.store import AnnotateError, AnnotationStore
 
@@ -71,7 +71,7 @@ def _annotator(annotator: str = Query(max_length=64)) -> str:
         return check_annotator(annotator)
     except ValueError:
         raise AnnotateError(
-            f"annotator name {annotator!r} is not allowed; use {ANNOTATOR_RULE}."
+            f"annotator name {shown(annotator)} is not allowed; use {ANNOTATOR_RULE}."
         ) from None
 
 

@@ -6,7 +6,8 @@ format of :mod:`data_pipeline.rankings` plus ``time``: one record per annotator 
 fsync'ed before the answer). The pipeline's next stage reads it as it is:
 :func:`data_pipeline.rankings.read_merged` merges new rankings into ``rankings.jsonl`` before
 ``paco-data pairs`` uses them. A file lock makes check-then-append one step, also across
-several servers on the same folder.
+several servers on the same folder. The store is read once (and again only when another
+process changed it); a submission appends to the file and to the index in memory.
 
 Every error is an :class:`AnnotateError` with an HTTP status and a message fit for the page:
 it names the instance or candidate, never a path on the server (details go to the log).
@@ -28,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
+from data_pipeline.annotate.config import shown
 from data_pipeline.instances import INSTANCES_FILE
 from data_pipeline.prompts import PROMPTS_FILE
 from data_pipeline.rankings import (
@@ -102,12 +104,12 @@ def candidate_id(panel: dict) -> str:
     return f"{panel['grid']}_{panel['pos']}"
 
 
-def _signature(path: Path) -> tuple[int, int] | None:
+def _signature(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _now() -> str:
@@ -116,11 +118,30 @@ def _now() -> str:
     return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class RankingIndex:
+    """Rankings, and the instances each annotator ranked: a screen looks one annotator up
+    without scanning every ranking."""
+
+    def __init__(self, records: list[dict]) -> None:
+        self.records = records
+        self.by_annotator: dict[str, set[str]] = defaultdict(set)
+        for r in records:
+            self.by_annotator[r["annotator"]].add(r["instance_id"])
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        self.by_annotator[record["annotator"]].add(record["instance_id"])
+
+    def ranked_by(self, annotator: str) -> set[str]:
+        return self.by_annotator.get(annotator, set())
+
+
 class AnnotationStore:
     """Instances, panels and rankings of one work folder, for the annotation app.
 
     Files are re-read when they change (``instances.jsonl`` rebuilt, another server appended
-    to the store), so the folder stays the one source of truth.
+    to the store), so the folder stays the one source of truth; this store's own appends
+    update its index instead.
 
     Args:
         work_dir: the pipeline's work folder.
@@ -192,7 +213,7 @@ class AnnotationStore:
         with self._lock:
             return self._cached("prompts", _signature(path), load)
 
-    def _external(self) -> tuple[list[dict], list[str], str]:
+    def _external(self) -> tuple[RankingIndex, list[str], str]:
         """Rankings from the files of the last ``paco-data rankings`` merge (kept in the merge,
         never rewritten), their paths and the merge method."""
         try:
@@ -216,7 +237,7 @@ class AnnotationStore:
                     )
             instances = self.instances()
             try:
-                return [r for p in sources for r in load_rankings(p, instances)]
+                return RankingIndex([r for p in sources for r in load_rankings(p, instances)])
             except DataPipelineError as err:
                 logger.error("%s", err)
                 raise UnreadableWorkFolderError(
@@ -227,12 +248,14 @@ class AnnotationStore:
         with self._lock:
             return self._cached("external", signature, load), sources, method
 
-    def _stored(self) -> list[dict]:
+    def _stored(self) -> RankingIndex:
+        """The store's index: read from disk on the first call and when another process has
+        changed the file since, else the one :meth:`submit` keeps up to date."""
         path = self.work_dir / ANNOTATIONS_FILE
 
         def load():
             try:
-                return load_annotations(self.work_dir)
+                return RankingIndex(load_annotations(self.work_dir))
             except DataPipelineError as err:
                 logger.error("%s", err)
                 raise UnreadableWorkFolderError(
@@ -245,11 +268,14 @@ class AnnotationStore:
 
     def all_rankings(self) -> list[dict]:
         """Every raw ranking of the folder: ranking files of the last merge, then the store."""
-        return self._external()[0] + self._stored()
+        with self._lock:
+            return self._external()[0].records + self._stored().records
 
     def ranked_by(self, annotator: str) -> set[str]:
         """Ids of the instances ``annotator`` has ranked (in the store or a ranking file)."""
-        return {r["instance_id"] for r in self.all_rankings() if r["annotator"] == annotator}
+        with self._lock:
+            external, stored = self._external()[0], self._stored()
+            return external.ranked_by(annotator) | stored.ranked_by(annotator)
 
     # ------------------------------------------------------------------ panels
     def _panel(self, instance: dict, panel_id: str) -> dict:
@@ -258,7 +284,7 @@ class AnnotationStore:
         for c in instance["candidates"]:
             if candidate_id(c) == panel_id:
                 return c
-        raise NotFoundError(f"instance {instance['instance_id']} has no panel {panel_id!r}.")
+        raise NotFoundError(f"instance {instance['instance_id']} has no panel {shown(panel_id)}.")
 
     def _describe(self, instance: dict, panel_id: str) -> str:
         where = "reference panel" if panel_id == REFERENCE else f"candidate {panel_id}"
@@ -274,7 +300,7 @@ class AnnotationStore:
         """
         instance = self.instances().get(instance_id)
         if instance is None:
-            raise NotFoundError(f"no instance {instance_id!r} in this work folder.")
+            raise NotFoundError(f"no instance {shown(instance_id)} in this work folder.")
         panel = self._panel(instance, panel_id)
         raw = Path(str(panel.get("path", "")))
         path = (raw if raw.is_absolute() else self._root / raw).resolve()
@@ -308,7 +334,7 @@ class AnnotationStore:
         instances = self.instances()
         instance = instances.get(instance_id)
         if instance is None:
-            raise NotFoundError(f"no instance {instance_id!r} in this work folder.")
+            raise NotFoundError(f"no instance {shown(instance_id)} in this work folder.")
         prompt = self.prompts().get(instance["prompt_id"], {})
         panel_texts = prompt.get("panels") or []
 
@@ -383,11 +409,13 @@ class AnnotationStore:
             for cid in group:
                 if cid not in index:
                     raise InvalidRankingError(
-                        f"{cid!r} is not a candidate of instance {instance['instance_id']} "
+                        f"{shown(cid)} is not a candidate of instance {instance['instance_id']} "
                         f"(its candidates are {', '.join(ids)}); reload the page."
                     )
                 if cid in seen:
-                    raise InvalidRankingError(f"candidate {cid!r} appears twice in the ranking.")
+                    raise InvalidRankingError(
+                        f"candidate {shown(cid)} appears twice in the ranking."
+                    )
                 seen.add(cid)
             groups.append(sorted(index[cid] for cid in group))
         left_out = [cid for cid in ids if cid not in seen]
@@ -422,13 +450,15 @@ class AnnotationStore:
             instance = instances.get(instance_id)
             if instance is None:
                 raise StaleInstanceError(
-                    f"instance {instance_id!r} is not in this work folder's instances.jsonl "
+                    f"instance {shown(instance_id)} is not in this work folder's instances.jsonl "
                     "(was it rebuilt?); nothing was stored. Reload the page."
                 )
             groups = self._groups(instance, ranking)
             problems = self._missing_panels(instance)
             if problems:
                 raise MissingPanelError(problems[0] + " Nothing was stored.")
+            # Fresh: while the lock is held no other server appends.
+            stored = self._stored()
             if instance_id in self.ranked_by(annotator):
                 raise AlreadyRankedError(
                     f"{annotator} has already ranked instance {instance_id}; nothing was stored."
@@ -441,8 +471,11 @@ class AnnotationStore:
             }
             if seconds is not None and math.isfinite(seconds) and seconds >= 0:
                 record["seconds"] = round(float(seconds), 2)
-            check_ranking(record, "submission", instances)  # what the pipeline will accept
+            checked = check_ranking(record, "submission", instances)  # what the pipeline accepts
             annotation_store(self.work_dir).append(record)
+            # The file now holds the index's records plus this one: add it, read nothing.
+            stored.add(checked)
+            self._cache["stored"] = (_signature(self.work_dir / ANNOTATIONS_FILE), stored)
             logger.info("stored %s's ranking of %s: %s", annotator, instance_id, groups)
             return record
 
@@ -450,8 +483,9 @@ class AnnotationStore:
     def progress(self) -> dict:
         """Counts per annotator and per category, and agreement (Kendall's W, pairwise)."""
         instances = self.instances()
-        stored = self._stored()
-        raw = self.all_rankings()
+        with self._lock:  # one snapshot, while a submission may be adding to the index
+            stored = list(self._stored().records)
+            raw = self.all_rankings()
         by_instance: dict[str, dict[str, list[list[int]]]] = defaultdict(dict)
         for r in raw:
             by_instance[r["instance_id"]][r["annotator"]] = r["ranking"]

@@ -113,7 +113,7 @@ def plan_sft(
         model.get_base_model() if lora else model, batch, image_tokens, torch_dtype
     )
     estimate = activation_bytes(model, forward)
-    ckpt = bool(config.activation_checkpointing or config.gradient_checkpointing)
+    ckpt = bool(config.gradient_checkpointing)
     components.append(
         Component(
             f"activations: {batch} pairs x {length} tokens",
@@ -144,7 +144,7 @@ def plan_sft(
         plan.advice = [
             a
             for a, needed in (
-                ("activation_checkpointing: true", not ckpt),
+                ("gradient_checkpointing: true", not ckpt),
                 (f"a smaller per_device_train_batch_size (now {batch})", batch > 1),
                 (f"a smaller image_max_pixels (now {pixels:,})", True),
                 ("shard with recipes/accelerate/sft_zero2.yaml", not sharded),

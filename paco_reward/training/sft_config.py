@@ -5,7 +5,9 @@ A trl ``SFTConfig``: every field of ``transformers.TrainingArguments`` and of tr
 checkpointing, DeepSpeed/FSDP, checkpointing, ...), plus the fields below. Where trl changes
 a ``TrainingArguments`` default (bf16, gradient checkpointing, logging steps, learning rate,
 max_length), the ``TrainingArguments`` one is kept, so a recipe means what it says. A YAML
-recipe maps 1:1 onto these fields (see ``recipes/``).
+recipe maps 1:1 onto these fields (see ``recipes/``). Gradient checkpointing is written
+``gradient_checkpointing``, as in ``GRPOConfig``; it sets what transformers 5 calls
+``activation_checkpointing`` (a recipe may use that name too).
 
     >>> cfg = PacoSFTConfig(output_dir="out", model_name_or_path="Qwen/Qwen2.5-VL-7B-Instruct",
     ...                     dataset_path="pairs/")
@@ -29,6 +31,11 @@ MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # ``language_model`` so the vision tower's identically named MLP layers are left alone.
 LM_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 VISION_LINEAR_LAYERS = ("qkv", "proj", "gate_proj", "up_proj", "down_proj")
+# This config's names of activation checkpointing -> TrainingArguments' (transformers 5).
+CHECKPOINTING = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
 # model_init_kwargs keys that are fields of their own, and the field to set instead.
 MODEL_INIT_RESERVED = {
     "dtype": "the model_dtype field",
@@ -51,9 +58,29 @@ class PacoSFTConfig(SFTConfig):
     bf16: bool | None = field(
         default=False, metadata={"help": "bf16 mixed precision (TrainingArguments' default: off)."}
     )
+    # Recipes write gradient_checkpointing (GRPOConfig's and trl's name); transformers 5 calls
+    # it activation_checkpointing, and __post_init__ sets that from it (see CHECKPOINTING).
     gradient_checkpointing: bool | None = field(
         default=None,
-        metadata={"help": "Deprecated alias of activation_checkpointing (TrainingArguments')."},
+        metadata={
+            "help": "Recompute activations in the backward pass instead of keeping them: less "
+            "memory, slower steps (sets TrainingArguments' activation_checkpointing)."
+        },
+    )
+    gradient_checkpointing_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments of the model's gradient checkpointing, e.g. "
+            "{use_reentrant: false} (sets TrainingArguments' activation_checkpointing_kwargs)."
+        },
+    )
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "TrainingArguments' name of gradient_checkpointing; write that."},
+    )
+    activation_checkpointing_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={"help": "TrainingArguments' name of gradient_checkpointing_kwargs; write that."},
     )
     logging_steps: float = field(
         default=500, metadata={"help": "Log every N optimizer steps (a ratio when < 1)."}
@@ -226,6 +253,7 @@ class PacoSFTConfig(SFTConfig):
     def __post_init__(self) -> None:
         # The collator needs the raw pair columns; nothing may drop them.
         self.remove_unused_columns = False
+        self._set_activation_checkpointing()
         super().__post_init__()
         if not 0.0 <= self.first_token_weight <= 1.0:
             raise ValueError(
@@ -277,6 +305,21 @@ class PacoSFTConfig(SFTConfig):
             )
             or None
         )
+
+    def _set_activation_checkpointing(self) -> None:
+        """Give TrainingArguments' ``activation_checkpointing*`` the values of this config's
+        ``gradient_checkpointing*`` before it reads them (so it does not warn that the old
+        name is deprecated); it then mirrors them back. A recipe may write either name; both,
+        with different values, is an error."""
+        for ours, theirs in CHECKPOINTING.items():
+            value, other = getattr(self, ours), getattr(self, theirs)
+            if value is not None and other is not None and value != other:
+                raise ValueError(
+                    f"{ours}={value!r} and {theirs}={other!r} disagree: {theirs} is "
+                    f"TrainingArguments' name of {ours}; set {ours} only."
+                )
+            if other is None:
+                setattr(self, theirs, value)
 
     @property
     def torch_dtype(self):

@@ -3,12 +3,15 @@ command in a subprocess. Three instances ranked with the keyboard, one with the 
 reload; the server killed mid-session and restarted; the store, the resumed position, and
 the Yes/No pairs ``paco-data pairs`` makes from it.
 
-Writes the README's screenshots: docs/annotate.png, docs/annotate_progress.png.
+Takes the README's screenshots, annotate.png and annotate_progress.png, into a temporary
+folder, so a test run leaves the checkout as it was; ``make screenshots``
+(``PACO_SCREENSHOTS_DIR=docs``) writes them to docs/.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +25,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.annotate.conftest import make_work, paco_data_command
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
@@ -62,6 +65,14 @@ def drag(driver, source, target, x_offset: int = 0) -> None:
         .release()
         .perform()
     )
+
+
+def screenshots_dir(tmp_path: Path) -> Path:
+    """``$PACO_SCREENSHOTS_DIR`` (relative to the checkout), else a folder under ``tmp_path``."""
+    folder = os.environ.get("PACO_SCREENSHOTS_DIR")
+    if not folder:
+        return tmp_path / "screenshots"
+    return ROOT / folder  # an absolute folder stays as it is
 
 
 def save_screenshot(driver, path: Path, tolerance: int = 300) -> None:
@@ -122,6 +133,7 @@ def test_rank_with_keyboard_and_mouse_survive_kill_then_pairs(tmp_path, annotate
     instances = {json.loads(line)["instance_id"]: json.loads(line) for line in lines}
     order = list(instances)
     driver = browser
+    screenshots = screenshots_dir(tmp_path)
 
     # Started before stage 3 ran, then with a panel file missing: messages on the page.
     (work / "instances.jsonl").rename(tmp_path / "instances.aside")
@@ -159,7 +171,7 @@ def test_rank_with_keyboard_and_mouse_survive_kill_then_pairs(tmp_path, annotate
         if k == 1:  # the annotation screen, one candidate still to place, for the README
             press(driver, *keys[:-1])
             assert driver.find_element(By.ID, "submit").get_attribute("disabled") == "true"
-            save_screenshot(driver, DOCS / "annotate.png")
+            save_screenshot(driver, screenshots / "annotate.png")
             keys = keys[-1:]
         press(driver, *keys)
         assert ranking_on_page(driver) == groups
@@ -242,7 +254,9 @@ def test_rank_with_keyboard_and_mouse_survive_kill_then_pairs(tmp_path, annotate
     summary = driver.find_element(By.ID, "summary").text
     assert f"{progress['agreement']['kendall_w_mean']:.2f}" in summary
     assert "5 / 144" in summary
-    save_screenshot(driver, DOCS / "annotate_progress.png")
+    save_screenshot(driver, screenshots / "annotate_progress.png")
+    assert (screenshots / "annotate.png").is_file()
+    assert (screenshots / "annotate_progress.png").is_file()
     server.kill()
 
     # paco-data pairs reads the store as it is: the pairs are those of the entered orders.

@@ -12,7 +12,7 @@ import shutil
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from tests.annotate.conftest import make_work
+from tests.annotate.conftest import LOCAL, make_work
 
 
 def read_instances(work) -> list[dict]:
@@ -134,6 +134,147 @@ def test_body_that_is_not_json(work, client_for):
     )
     assert_refused(response, 422, "malformed_request", work)
     assert not (work / "annotations.jsonl").exists()
+
+
+def test_annotator_name_with_a_trailing_newline_is_refused(work, client_for):
+    """'alice\n' is not a second annotator: it would let alice rank an instance twice."""
+    from data_pipeline.annotate import AnnotateConfig
+    from data_pipeline.annotate.config import check_annotator
+
+    client = client_for(work)
+    first = read_instances(work)[0]
+    rank(client, "alice", first, [[0], [1], [2], [3]])
+    before = snapshot(work)
+    for name in ("alice\n", "alice\r\n", "\nalice", "alice\x00"):
+        message = assert_refused(rank(client, name, first, [[3], [2], [1], [0]], 422), 422,
+                                 "malformed_request", work)  # fmt: skip
+        assert "annotator name" in message and "is not allowed" in message
+        assert repr(name) in message  # the newline is shown, not printed
+        response = client.get("/api/next", params={"annotator": name})
+        assert "is not allowed" in assert_refused(response, 400, "bad_request", work)
+        with pytest.raises(ValueError, match="is not allowed"):
+            check_annotator(name)
+        with pytest.raises(ValueError, match="annotator name"):
+            AnnotateConfig(work, annotator=name)
+    assert snapshot(work) == before
+    assert_refused(rank(client, "alice", first, [[3], [2], [1], [0]], 409), 409, "already_ranked", work)  # fmt: skip
+    assert snapshot(work) == before
+
+
+def test_body_size_is_limited(work, client_for):
+    from data_pipeline.annotate.app import MAX_BODY_BYTES
+
+    client = client_for(work)
+    first = read_instances(work)[0]
+    body = {"annotator": "alice", "instance_id": first["instance_id"], "ranking": [["0_0"]]}
+    before = snapshot(work)
+    huge = json.dumps({**body, "instance_id": "x" * MAX_BODY_BYTES}).encode()
+    json_type = {"Content-Type": "application/json"}
+    response = client.post("/api/rankings", content=huge, headers=json_type)
+    message = assert_refused(response, 413, "too_large", work)
+    assert str(MAX_BODY_BYTES) in message and "nothing was stored" in message
+    assert len(response.content) < 1000
+    # Without a length up front (chunked), the body is not read at all.
+    chunks = iter([b'{"annotator": "alice", ', b'"instance_id": "x"}'])
+    response = client.post("/api/rankings", content=chunks, headers=json_type)
+    assert_refused(response, 411, "no_length", work)
+    response = client.post("/api/rankings", content=b"{}", headers={**json_type, "Content-Length": "1e9"})  # fmt: skip
+    assert_refused(response, 400, "bad_length", work)
+    assert snapshot(work) == before
+    # The limit is far above any ranking: just under it, the body is read (and checked).
+    padded = json.dumps(body).encode().ljust(MAX_BODY_BYTES)
+    response = client.post("/api/rankings", content=padded, headers=json_type)
+    assert_refused(response, 400, "invalid_ranking", work)
+    rank(client, "alice", first, [[0], [1], [2], [3]])
+
+
+def test_error_messages_quote_at_most_80_characters_of_the_input(work, client_for):
+    client = client_for(work)
+    first = read_instances(work)[0]
+    iid = first["instance_id"]
+    long_id = "x" * 60_000  # httpx's longest URL is 64 KiB
+    for url in (
+        f"/api/instances/{long_id}?annotator=alice",
+        f"/api/instances/{long_id}/panels/reference",
+        f"/api/instances/{iid}/panels/{long_id}",
+    ):
+        response = client.get(url)
+        message = assert_refused(response, 404, "not_found", work)
+        assert f"'{'x' * 80}…' (60000 characters)" in message
+        assert len(response.content) < 1000
+    ids = ids_of(first)
+    body = {"annotator": "alice", "instance_id": iid, "ranking": [[*ids, "y" * 256]]}
+    message = assert_refused(client.post("/api/rankings", json=body), 400, "invalid_ranking", work)
+    assert f"'{'y' * 80}…' (256 characters) is not a candidate" in message
+    body = {"annotator": "alice", "instance_id": "z" * 128, "ranking": [ids]}
+    message = assert_refused(client.post("/api/rankings", json=body), 409, "stale_instance", work)
+    assert f"'{'z' * 80}…' (128 characters)" in message and "z" * 81 not in message
+    assert not (work / "annotations.jsonl").exists()
+
+
+def test_submissions_keep_the_store_index_in_memory(work, client_for, monkeypatch):
+    """The store is read once, not once per submission (which made a submission's time grow
+    with the store); a restarted app, or another server on the folder, reads what is there."""
+    from data_pipeline.annotate import AnnotationStore
+    from data_pipeline.rankings import load_annotations
+    from data_pipeline.storage import AppendOnlyJsonl
+
+    reads = []
+    load = AppendOnlyJsonl.load
+    monkeypatch.setattr(AppendOnlyJsonl, "load", lambda self: reads.append(self.path) or load(self))
+    client = client_for(work)
+    instances = read_instances(work)
+    for annotator, mine in (("alice", instances[:20]), ("bob", instances[10:25])):
+        for instance in mine:
+            response = rank(client, annotator, instance, [[0], [1], [2], [3]])
+    assert response.json()["next"]["instance_id"] == instances[25]["instance_id"]
+    progress = client.get("/api/progress").json()
+    assert progress["in_store"] == 35 and progress["ranked"] == 25
+    assert_refused(rank(client, "bob", instances[24], [[0], [1], [2], [3]], 409), 409, "already_ranked", work)  # fmt: skip
+    assert len(reads) == 1  # the first screen's
+    # The index is what the file holds.
+    store = client.app.state.store
+    assert store.all_rankings() == load_annotations(work)
+
+    # Another server appends: this one reads the store again, once.
+    other = client_for(work)
+    rank(other, "carol", instances[0], [[3], [2], [1], [0]])
+    reads.clear()
+    assert_refused(rank(client, "carol", instances[0], [[0], [1], [2], [3]], 409), 409, "already_ranked", work)  # fmt: skip
+    assert client.get("/api/progress").json()["in_store"] == 36
+    assert len(reads) == 1
+
+    # A restart rebuilds the index from the file.
+    restarted = client_for(work)
+    assert restarted.get("/api/next?annotator=alice").json()["instance"]["index"] == 21
+    assert restarted.get("/api/next?annotator=bob").json()["instance"]["index"] == 1
+    assert restarted.get("/api/progress").json() == client.get("/api/progress").json()
+    assert AnnotationStore(work).ranked_by("bob") == {i["instance_id"] for i in instances[10:25]}
+
+
+def test_the_app_does_not_import_torch(work):
+    """The app reads JSON and serves images: serving it must not load torch (~700 MB)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from fastapi.testclient import TestClient
+from data_pipeline.annotate import AnnotateConfig, create_app
+client = TestClient(create_app(AnnotateConfig({str(work)!r}, key_env="")), base_url="{LOCAL}")
+view = client.get("/api/next?annotator=alice").json()["instance"]
+assert client.get(view["reference"]["url"]).status_code == 200
+body = {{"annotator": "alice", "instance_id": view["instance_id"],
+         "ranking": [[c["id"]] for c in view["candidates"]]}}
+assert client.post("/api/rankings", json=body).status_code == 201
+assert client.get("/api/progress").status_code == 200
+print(sorted(m for m in ("torch", "transformers", "diffusers") if m in sys.modules))
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout
 
 
 def test_stale_instance_after_instances_are_rebuilt(work, client_for):

@@ -1,7 +1,8 @@
 """The demo's background pretraining: each stage's models are pretrained by exactly one
 worker, in an order a worker can follow; stages that need none start none; the worker's
 command line refuses an unknown model; a worker reuses what is cached, in its own process
-with one thread; and only the generator's worker keeps the demo's priority."""
+with one thread; and only the generator's worker keeps the demo's priority, the demo itself
+running below it while it pretrains."""
 
 from __future__ import annotations
 
@@ -28,13 +29,45 @@ def test_every_model_a_stage_needs_has_exactly_one_worker():
 
 
 def test_the_workers_get_what_the_chosen_stages_need(tmp_path):
-    assert pretrained.plan(STAGES) == [["generator", "editor", "world_clip"], ["standin"]]
-    assert pretrained.plan(["data", "train"]) == [["standin"]]
-    assert pretrained.plan(["world_grpo"]) == [["generator", "world_clip"]]
+    """For every choice of stages: each model those stages need is in one queue, once, and
+    nothing else; the editor's queue builds the generator first; at most the workers there
+    are cores for; one worker keeps the demo's priority exactly when the generator is
+    needed (it is the one that builds it); stages that need nothing start no worker."""
+    choices = [
+        [s for i, s in enumerate(STAGES) if mask >> i & 1] for mask in range(2 ** len(STAGES))
+    ]
+    for stages in choices:
+        queues = pretrained.plan(stages)
+        needed = {m for stage in stages for m in pretrained.NEEDS.get(stage, ())}
+        queued = [m for queue in queues for m in queue]
+        assert sorted(queued) == sorted(needed) and all(queues), stages
+        assert len(queues) <= len(pretrained.QUEUES)
+        for queue in queues:
+            if "editor" in queue:
+                assert queue.index("generator") < queue.index("editor"), stages
+        kept = [queue for queue in queues if pretrained.niceness(queue) == 0]
+        assert kept == [queue for queue in queues if "generator" in queue], stages
+        assert all(pretrained.niceness(q) > 0 for q in queues if q not in kept)
     assert pretrained.start_background(["scoring", "grpo"], 0, tmp_path / "logs") == []
-    # The generator is the first run's critical path: its worker alone is not lowered.
-    assert [pretrained.niceness(q) for q in pretrained.plan(STAGES)] == [0, pretrained.NICENESS]
     assert not (tmp_path / "logs").exists()
+
+
+def test_the_demo_runs_below_the_generators_worker_only_while_there_is_one():
+    """``yield_to_generator`` lowers the demo's own process (and so the stages it starts)
+    when one of the workers builds the generator, and leaves it be otherwise."""
+    code = (
+        "import os; from demo import pretrained as p; "
+        "worker = lambda models: p.Worker(None, models, None); "
+        "p.yield_to_generator([worker(['standin'])]); before = os.nice(0); "
+        "p.yield_to_generator([worker(['standin']), worker(['generator', 'editor'])]); "
+        "print(before, os.nice(0))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, result.stdout.split())
+    assert before == os.nice(0)  # this test's own niceness: unchanged
+    assert after == min(before + pretrained.NICENESS, 19)
 
 
 def test_the_worker_refuses_an_unknown_model():

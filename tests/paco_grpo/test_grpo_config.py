@@ -1,63 +1,96 @@
-"""GRPOConfig: recipes parse strictly, overrides apply, every validation path raises."""
+"""GRPOConfig: every runnable recipe loads as its first line runs it, overrides apply,
+unknown keys and every validation path raise naming the key or value."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 
-from paco_grpo.cli import main
+from paco_grpo.cli import TinyEditArguments, TinyFluxArguments, main
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
+from paco_reward.command_line import parse_config
 
 BASE = {
     "model_name_or_path": "m",
     "prompt_file": "p.txt",
     "rewards": {"panel_colour_agreement": 1.0},
 }
+# The recipes a user runs as shipped: their first line is the command that does.
+RUNNABLE = sorted(
+    str(p)
+    for p in Path("recipes").glob("grpo_*.yaml")
+    if "paco-grpo train " in p.read_text().splitlines()[0]
+)
+# Builders of the tiny offline pipelines, and the pipeline each builds by default.
+BUILDERS = {"tiny-flux": (TinyFluxArguments, "flux"), "tiny-edit": (TinyEditArguments, None)}
 
 
-def test_recipes_parse_and_map_to_fields():
-    paper = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
-    assert (paper.lora_r, paper.lora_alpha, paper.num_generations, paper.prompts_per_epoch) == (
-        64,
-        128,
-        16,
-        42,
+def first_line_commands(recipe: str) -> tuple[list[str] | None, list[str], list[list[str]]]:
+    """From a recipe's comments: the ``paco-grpo tiny-* ...`` command its first line runs
+    before training (or None), the flags of its ``paco-grpo train`` command, and the flag
+    sets of the comment lines that hold only flags (variants of that command)."""
+    lines = Path(recipe).read_text().splitlines()
+    first = lines[0].lstrip("# ").split("(")[0]  # a parenthesis starts a remark
+    *before, train = [shlex.split(part) for part in first.split("&&")]
+    assert train[:3] == ["paco-grpo", "train", recipe], f"{recipe}: first line runs {train}"
+    build = before[0][1:] if before else None
+    variants = [shlex.split(line.lstrip("# ")) for line in lines if line.startswith("#   --")]
+    return build, train[3:], variants
+
+
+def test_some_recipes_are_runnable_as_shipped():
+    assert len(RUNNABLE) >= 4, RUNNABLE  # the paper's, the editing ones, the tiny CPU ones
+
+
+@pytest.mark.parametrize("recipe", RUNNABLE)
+def test_each_recipe_loads_as_its_first_line_runs_it(recipe):
+    """The first line's ``paco-grpo train`` command parses into a config; the tiny
+    pipeline it builds first is the recipe's model, of the recipe's pipeline type; each
+    variant its comments give (flags alone on a line) parses too."""
+    build, flags, variants = first_line_commands(recipe)
+    cfg = parse_config(GRPOConfig, [recipe, *flags], recipe=True)
+    if not flags:  # the command line loads what the Python loader does
+        assert cfg == GRPOConfig.from_yaml(recipe)
+    if build is not None:
+        cls, pipeline = BUILDERS[build[0]]
+        args = parse_config(cls, build[1:])
+        assert args.output_dir == cfg.model_name_or_path
+        assert (pipeline or args.pipeline) == cfg.pipeline
+    for variant in variants:
+        parse_config(GRPOConfig, [recipe, *flags, *variant], recipe=True)
+
+
+def test_an_override_of_a_section_key_keeps_the_rest_of_the_recipe():
+    recipe = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
+    cfg = GRPOConfig.from_yaml(
+        "recipes/grpo_flux_t2is.yaml", {"train.resolution": 256, "num_train_epochs": 2}
     )
-    assert (paper.train.resolution, paper.test.resolution, paper.train.noise_steps) == (
-        512,
-        1024,
-        [1],
-    )
-    assert (paper.train.noise_level, paper.epsilon, paper.beta, paper.learning_rate) == (
-        0.7,
-        1e-4,
-        0.0,
-        3e-4,
-    )
-    assert paper.aggregator == "log_tamed" and paper.log_taming_threshold == 0.2
-    assert set(paper.rewards) == {"consistency", "clip_t"}
-    tiny = GRPOConfig.from_yaml(
-        "recipes/grpo_tiny_cpu.yaml", {"train.resolution": 64, "num_train_epochs": 2}
-    )
-    assert tiny.train.resolution == 64 and tiny.num_train_epochs == 2 and tiny.test.resolution == 64
-    for path in ("recipes/grpo_flux_t2is.yaml", "recipes/grpo_tiny_cpu.yaml"):
-        assert open(path).readline().startswith("# ") and "paco-grpo" in open(path).readline()
+    assert cfg.train == dataclasses.replace(recipe.train, resolution=256)
+    assert cfg == dataclasses.replace(recipe, train=cfg.train, num_train_epochs=2)
+    assert cfg.num_train_epochs == 2 != recipe.num_train_epochs
 
 
 def test_every_field_has_help():
-    import dataclasses
-
     for cls in (GRPOConfig, TrainSection, EvalSection):
         for f in dataclasses.fields(cls):
             assert f.metadata.get("help"), f"{cls.__name__}.{f.name}"
 
 
 def test_unknown_keys_fail(tmp_path):
+    """An unknown key, a misspelling or a name this config does not use, fails naming it
+    and listing the valid keys of its section."""
     with pytest.raises(ValueError, match=r"Unknown config key\(s\) \['lerning_rate'\]"):
         GRPOConfig.from_dict({**BASE, "lerning_rate": 1.0})
+    with pytest.raises(ValueError, match=r"\['max_epochs'\] for GRPOConfig; valid keys: .*'num_"):
+        GRPOConfig.from_dict({**BASE, "max_epochs": 1})
     with pytest.raises(ValueError, match=r"Unknown config key\(s\) \['train.resolutoin'\]"):
         GRPOConfig.from_dict({**BASE, "train": {"resolutoin": 512}})
+    with pytest.raises(ValueError, match=r"\['test.batch_size'\] for EvalSection; valid keys"):
+        GRPOConfig.from_dict({**BASE, "test": {"batch_size": 2}})
     recipe = tmp_path / "r.yaml"
     recipe.write_text("- a\n- b\n")
     with pytest.raises(ValueError, match="must be a YAML mapping"):
@@ -79,27 +112,6 @@ def test_save_json_round_trips(tmp_path):
     # the file as written (version included) reloads like a recipe, overrides too
     assert GRPOConfig.from_yaml(tmp_path / "c.json") == cfg
     assert GRPOConfig.from_yaml(tmp_path / "c.json", {"seed": 7}).seed == 7
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("lora_rank", "lora_r"), ("lr_scheduler", "lr_scheduler_type"),
-        ("resume_from", "resume_from_checkpoint"), ("tensorboard", "report_to"),
-        ("keep_checkpoints", "save_total_limit"), ("max_epochs", "num_train_epochs"),
-        ("group_size", "num_generations"), ("clip_range", "epsilon"),
-        ("num_inner_epochs", "num_iterations"), ("train_batch_size", "per_device_train_batch_size"),
-        ("ema", "use_ema"),
-    ],
-)  # fmt: skip
-def test_old_names_fail_naming_the_new_one(old, new):
-    with pytest.raises(ValueError, match=f"'{old}' is now '{new}'"):
-        GRPOConfig.from_dict({**BASE, old: 1})
-
-
-def test_old_section_name_fails_naming_the_new_one():
-    with pytest.raises(ValueError, match="'test.batch_size' is now 'per_device_eval_batch_size'"):
-        GRPOConfig.from_dict({**BASE, "test": {"batch_size": 2}})
 
 
 @pytest.mark.parametrize(
@@ -163,12 +175,15 @@ def test_command_line_flags_are_config_fields():
     assert cfg.rewards == {"clip_t": 1.0} and cfg.use_ema is False  # a mapping replaces
 
 
-def test_cli_reports_config_errors(capsys):
+def test_cli_reports_config_errors(capsys, tmp_path):
     assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--num_generations", "1"]) == 1
     err = capsys.readouterr().err
     assert "num_generations must be >= 2" in err and "Traceback" not in err
-    assert main(["train", "recipes/grpo_tiny_cpu.yaml", "--max_epochs", "1"]) == 1
-    assert "'max_epochs' is now 'num_train_epochs'" in capsys.readouterr().err
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(Path("recipes/grpo_tiny_cpu.yaml").read_text() + "max_epochs: 1\n")
+    assert main(["train", str(recipe)]) == 1
+    err = capsys.readouterr().err
+    assert "Unknown config key(s) ['max_epochs']" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
         main(["train", "recipes/grpo_tiny_cpu.yaml", "--lerning_rate", "1"])
     assert usage.value.code == 2

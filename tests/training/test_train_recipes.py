@@ -1,7 +1,10 @@
-"""Recipes: strict YAML + CLI overrides; the 7B recipe builds the trainer on a tiny stand-in."""
+"""SFT recipes: the commands in their comments load them (and the accelerate launches they
+name are read as the recipe needs), the tiny CPU recipe trains, the 7B recipe builds its
+trainer on a tiny stand-in; strict YAML, command-line overrides, one checkpointing name."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -13,54 +16,132 @@ from paco_reward.training.cli import load_recipe
 from paco_reward.training.loading import build_trainer
 from paco_reward.training.metrics import decision_metrics, roc_auc
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+SFT_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if not p.name.startswith("grpo_"))
+SFT_LAUNCHES = sorted((RECIPES / "accelerate").glob("sft_*.yaml"))
+SEVEN_B = RECIPES / "paco_reward_7b_lora.yaml"
+# transformers refuses bf16 without a GPU at config time
+ON_CPU = ["--use_cpu", "true"]
 
 
-def test_7b_recipe_is_the_papers_configuration():
-    # use_cpu: transformers refuses bf16 without a GPU at config time.
-    cfg = load_recipe(RECIPES / "paco_reward_7b_lora.yaml", ["--use_cpu", "true"])
-    assert cfg.model_name_or_path == "Qwen/Qwen2.5-VL-7B-Instruct"
-    assert (cfg.learning_rate, cfg.lr_scheduler_type.value, cfg.warmup_steps) == (
-        2e-4,
-        "cosine",
-        0.1,
+def commented_commands(path: Path) -> list[tuple[Path, list[str], Path | None]]:
+    """The ``paco-reward train RECIPE FLAGS`` commands in ``path``'s comments, as (recipe,
+    flags, accelerate config of ``--config_file`` or None). Comment lines of flags alone
+    that follow one are a variant of it: the same command with those flags added."""
+    found: list[tuple[Path, list[str], Path | None]] = []
+    variant = None
+    for line in path.read_text().splitlines():
+        text = line[1:].strip() if line.startswith("#") else ""
+        if text.startswith("--") and found:
+            if variant is None:
+                recipe, flags, launch = found[-1]
+                variant = (recipe, list(flags), launch)
+                found.append(variant)
+            variant[1].extend(shlex.split(text))
+            continue
+        variant = None
+        if not any(f"{cli} train " in text for cli in ("paco-reward", "paco_reward.cli")):
+            continue
+        words = shlex.split(text)
+        i = next(i for i, w in enumerate(words) if w == "train" and "reward" in words[i - 1])
+        rest = words[i + 2 :]
+        flags = rest[: rest.index("&&")] if "&&" in rest else rest
+        launch = words[words.index("--config_file") + 1] if "--config_file" in words[:i] else None
+        found.append((ROOT / words[i + 1], flags, ROOT / launch if launch else None))
+    return found
+
+
+def accelerate_launch_arguments(config: Path):
+    """The arguments ``accelerate launch --config_file CONFIG`` runs with, as its launcher
+    reads them (no process is started)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    args = launch_command_parser().parse_args(["--config_file", str(config), "script.py"])
+    return _validate_launch_command(args)[0]
+
+
+@pytest.mark.parametrize("path", SFT_RECIPES + SFT_LAUNCHES, ids=lambda p: p.name)
+def test_the_commands_in_the_comments_load_their_recipe(path, tiny_model_dir):
+    """Each command a recipe or an SFT accelerate config shows in its comments loads the
+    recipe it names, with its flags; a recipe shows at least one that runs it. An accelerate
+    config it launches is read by accelerate's launcher, with the recipe's precision, the
+    ZeRO stage its name says, and FSDP wrap classes that the model has."""
+    from accelerate.utils.dataclasses import get_module_class_from_name
+
+    from paco_reward.architectures import build_empty, model_config
+
+    found = commented_commands(path)
+    assert found, f"{path.name}: no paco-reward train command in its comments"
+    if path in SFT_RECIPES:
+        assert any(recipe == path for recipe, _, _ in found), f"{path.name}: none runs it"
+    for recipe, flags, launch in found:
+        cfg = load_recipe(recipe, [*flags, *ON_CPU])
+        if launch is None:
+            continue
+        args = accelerate_launch_arguments(launch)
+        assert args.mixed_precision == ("bf16" if cfg.bf16 else "fp16" if cfg.fp16 else "no")
+        if args.use_deepspeed:
+            assert f"zero{args.zero_stage}" in launch.name, (launch.name, args.zero_stage)
+        if args.use_fsdp:
+            model = build_empty(model_config(tiny_model_dir))  # Qwen2.5-VL's classes
+            for name in args.fsdp_transformer_layer_cls_to_wrap.split(","):
+                assert get_module_class_from_name(model, name), name
+
+
+@pytest.mark.slow
+def test_the_tiny_recipe_trains_on_a_synthetic_export(tmp_path):
+    """As its first line says: the data pipeline's synthetic export, then ``paco-reward
+    train recipes/tiny_cpu.yaml`` (a smaller export, two steps: the first reasons-first)
+    builds the tiny model from scratch, trains it, evaluates it and saves an evaluator."""
+    from data_pipeline.pipeline import SyntheticConfig, run_synthetic
+    from paco_reward import PacoReward
+    from paco_reward.cli import main
+    from paco_reward.training.callbacks import read_metrics
+    from paco_reward.training.loading import load_pair_dataset_dict
+
+    work = tmp_path / "synthetic"
+    run_synthetic(work, SyntheticConfig(n_prompts=4, grids_per_prompt=2, layouts=["2x2"], seed=0))
+    out = tmp_path / "run"
+    code = main(
+        ["train", str(RECIPES / "tiny_cpu.yaml"), "--dataset_path", str(work / "export"),
+         "--model_name_or_path", str(tmp_path / "base"), "--output_dir", str(out),
+         "--max_steps", "2", "--reasoning_warmup_steps", "1", "--logging_steps", "1",
+         "--disable_tqdm", "true"]
+    )  # fmt: skip
+    assert code == 0
+    assert (tmp_path / "base" / "config.json").is_file()  # built from scratch
+    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]
+    assert len(losses) == 2 and np.isfinite(losses).all(), losses
+    assert (out / "final_metrics.json").is_file() and (out / "README.md").is_file()
+    test = load_pair_dataset_dict(work / "export")["test"]
+    scores = PacoReward.from_pretrained(out).score_pairs(
+        [(test[i]["image_a"], test[i]["image_b"], test[i]["prompt"] or None) for i in range(2)]
     )
-    assert (cfg.num_train_epochs, cfg.per_device_train_batch_size) == (2, 8)
-    assert (cfg.gradient_accumulation_steps, cfg.bf16, cfg.first_token_weight) == (4, True, 0.1)
-    assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout) == (32, 64, 0.0)
-    assert cfg.image_max_pixels == 2_097_152 and cfg.freeze_vision_tower and cfg.freeze_merger
+    assert all(0.0 < s < 1.0 for s in scores), scores
 
 
 def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_dir):
     cfg = load_recipe(
-        RECIPES / "paco_reward_7b_lora.yaml",
-        [
-            "--model_name_or_path",
-            str(tiny_model_dir),
-            "--dataset_path",
-            "toy-colour-pairs",
-            "--toy_train_size",
-            "8",
-            "--toy_test_size",
-            "4",
-            "--output_dir",
-            str(tmp_path / "run"),
-            "--report_to",
-            "none",
-            "--dataloader_num_workers",
-            "0",
-            "--use_cpu",
-            "true",
-        ],
-    )
+        SEVEN_B,
+        ["--model_name_or_path", str(tiny_model_dir), "--dataset_path", "toy-colour-pairs",
+         "--toy_train_size", "8", "--toy_test_size", "4", "--output_dir", str(tmp_path / "run"),
+         "--report_to", "none", "--dataloader_num_workers", "0", *ON_CPU],
+    )  # fmt: skip
     trainer = build_trainer(cfg)
     lora = trainer.model.peft_config["default"]
-    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (32, 64, 0.0)
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (
+        cfg.lora_r,
+        cfg.lora_alpha,
+        cfg.lora_dropout,
+    )
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("language_model" in n and "lora_" in n for n in trainable)
-    for layer in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+    for layer in cfg.lora_target_modules:
         assert any(f".{layer}.lora_A" in n for n in trainable), layer
-    assert trainer.model.dtype == torch.bfloat16
+    assert trainer.model.dtype == torch.bfloat16  # model_dtype 'auto' follows bf16
+    # the recipe's gradient_checkpointing is the field Trainer.train reads
+    assert trainer.args.activation_checkpointing is True
     batch = trainer._prepare_inputs(
         trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
     )
@@ -69,12 +150,34 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
     assert torch.isfinite(loss)
 
 
-def test_tiny_recipe_and_overrides(tmp_path):
-    cfg = load_recipe(
-        RECIPES / "tiny_cpu.yaml", ["--max_steps", "7", "--first_token_weight", "0.5"]
-    )
-    assert cfg.max_steps == 7 and cfg.first_token_weight == 0.5 and cfg.reasoning_warmup_steps > 0
-    assert cfg.tiny_model and not cfg.use_lora
+def test_flags_override_the_recipe_and_leave_the_rest():
+    recipe = load_recipe(SEVEN_B, ON_CPU)
+    flags = ["--no_use_lora", "--learning_rate", "1e-5", "--gradient_checkpointing", "false"]
+    cfg = load_recipe(SEVEN_B, [*ON_CPU, *flags, "--max_steps", "7"])
+    assert recipe.use_lora and not cfg.use_lora
+    assert cfg.learning_rate == 1e-5 != recipe.learning_rate
+    assert recipe.activation_checkpointing and cfg.activation_checkpointing is False
+    assert cfg.max_steps == 7
+    changed = {"use_lora", "learning_rate", "max_steps"}
+    changed |= {"gradient_checkpointing", "activation_checkpointing"}
+    mine, theirs = cfg.to_dict(), recipe.to_dict()
+    assert {k for k in mine if mine[k] != theirs[k]} == changed
+
+
+def test_checkpointing_has_one_name_and_accepts_transformers_one(tmp_path):
+    base = f"output_dir: {tmp_path}\nuse_cpu: true\n"
+    recipe = tmp_path / "r.yaml"
+    for key in ("gradient_checkpointing", "activation_checkpointing"):
+        recipe.write_text(base + f"{key}: true\n{key}_kwargs: {{use_reentrant: false}}\n")
+        cfg = load_recipe(recipe)
+        assert cfg.gradient_checkpointing and cfg.activation_checkpointing, key
+        assert cfg.gradient_checkpointing_kwargs == cfg.activation_checkpointing_kwargs
+        assert cfg.activation_checkpointing_kwargs == {"use_reentrant": False}
+    recipe.write_text(base + "gradient_checkpointing: true\nactivation_checkpointing: false\n")
+    with pytest.raises(
+        ValueError, match="gradient_checkpointing=True and activation_checkpointing"
+    ):
+        load_recipe(recipe)
 
 
 def test_a_float_written_without_a_dot_is_a_float(tmp_path):
@@ -87,13 +190,6 @@ def test_a_float_written_without_a_dot_is_a_float(tmp_path):
     recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: fast\n")
     with pytest.raises(ValueError, match="learning_rate must be a number; got 'fast'"):
         load_recipe(recipe)
-
-
-def test_recipes_start_with_the_command_that_runs_them():
-    mine = ["paco_reward_7b_lora.yaml", "tiny_cpu.yaml"]
-    mine += [f"accelerate/sft_{name}.yaml" for name in ("zero2", "zero3", "fsdp")]
-    for path in (RECIPES / name for name in mine):
-        assert path.read_text().startswith("# "), path
 
 
 def test_unknown_keys_fail(tmp_path):
@@ -111,12 +207,10 @@ def test_unknown_keys_fail(tmp_path):
         load_recipe(recipe)
 
 
-def test_train_and_merge_command_lines():
+def test_merge_command_line():
     from paco_reward.command_line import parse_config
     from paco_reward.training.cli import MergeArguments
 
-    cfg = load_recipe(RECIPES / "tiny_cpu.yaml", ["--max_steps", "3", "--no_use_lora"])
-    assert cfg.max_steps == 3 and cfg.use_lora is False
     args = parse_config(MergeArguments, ["base", "adapter", "out"])
     assert (args.base, args.adapter, args.output_dir, args.dtype) == (
         "base",
@@ -133,17 +227,6 @@ def test_metrics_by_hand():
     m = decision_metrics([0.9, 0.6, 0.3, 0.7], [1, 1, 0, 0])
     assert m["score_accuracy"] == 0.75 and m["roc_auc"] == pytest.approx(0.75)
     assert m["p_yes_on_yes"] == pytest.approx(0.75) and m["p_yes_on_no"] == pytest.approx(0.5)
-
-
-def test_accelerate_configs():
-    stages = {}
-    for name in ("zero2", "zero3", "fsdp"):
-        config = yaml.safe_load((RECIPES / "accelerate" / f"sft_{name}.yaml").read_text())
-        assert config["mixed_precision"] == "bf16"
-        stages[name] = config.get("deepspeed_config", {}).get(
-            "zero_stage", config["distributed_type"]
-        )
-    assert stages == {"zero2": 2, "zero3": 3, "fsdp": "FSDP"}
 
 
 def test_roc_auc_matches_the_pairwise_definition_with_ties():

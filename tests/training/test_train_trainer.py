@@ -261,12 +261,23 @@ def test_bad_lora_targets_and_missing_inputs_raise(tmp_path, tiny_model_dir):
 
 
 def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs):
-    cfg = _config(tmp_path, tiny_model_dir, activation_checkpointing=True, max_steps=2)
+    """``gradient_checkpointing: true`` (the recipes' name) checkpoints the model's layers in
+    training, without transformers' warning that the name is deprecated, and LoRA trains."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = _config(tmp_path, tiny_model_dir, gradient_checkpointing=True, max_steps=2)
+    assert not [w for w in caught if "checkpointing" in str(w.message)]
     trainer = _trainer(cfg, pairs)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert not trainer.model.is_activation_checkpointing  # train() turns it on
     trainer.train()
+    assert trainer.model.is_activation_checkpointing
     after = dict(trainer.model.named_parameters())
     assert all(not torch.equal(before[n], after[n].detach()) for n in before)
+    # off unless asked for (trl's SFTConfig defaults it to on)
+    assert _config(tmp_path, tiny_model_dir).activation_checkpointing is False
 
 
 def test_warmup_batches_use_plain_mle_and_answer_first_batches_the_first_token_weight(
