@@ -180,7 +180,7 @@ class Plan:
         rows = [f"### {self.title}", "", "| component | parameters | dtype | GiB | how |",
                 "|---|---:|---|---:|---|"]  # fmt: skip
         for c in self.components:
-            params = f"{c.parameters / 1e9:.3f} B" if c.parameters else ""
+            params = _count(c.parameters) if c.parameters else ""
             rows.append(f"| {c.name} | {params} | {c.dtype} | {c.bytes / GiB:.2f} | {c.note} |")
         rows.append(f"| **per process** | | | **{self.per_process_bytes / GiB:.2f}** | |")
         rows.append("")
@@ -188,6 +188,10 @@ class Plan:
         rows.append(f"- verdict: {self.verdict()}")
         rows += [f"- advice: {a}" for a in self.advice]
         return "\n".join(rows)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.3f} B" if n >= 10**8 else f"{n / 1e6:.3f} M"
 
 
 def gpu_memory_bytes(device: torch.device | str | None = None) -> int | None:

@@ -84,9 +84,6 @@ def test_training_step(check):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("paco_grpo.planning") is None, reason="no paco_grpo.planning yet"
-)
 def test_prediction_next_to_measurement(check):
     results, _ = check
     predicted = results["training"]["predicted"]
