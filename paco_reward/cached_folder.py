@@ -13,7 +13,6 @@ that asks for it meanwhile waits, then reuses the result. :func:`build_once` doe
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -21,6 +20,8 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from paco_reward.atomic_io import atomic_write_text
 
@@ -75,16 +76,16 @@ def build_lock(output_dir: str | Path) -> Iterator[None]:
     """
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(output_dir.with_name(output_dir.name + ".lock"), "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.warning("%s is being built by another process; waiting for it.", output_dir)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = FileLock(output_dir.with_name(output_dir.name + ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("%s is being built by another process; waiting for it.", output_dir)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def build_once(

@@ -100,18 +100,17 @@ def _positions(order: Sequence[int]) -> np.ndarray:
 
 
 def _kendall(x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall's tau of two tie-free sequences (concordant - discordant) / (n(n-1)/2)."""
-    n = len(x)
-    i, j = np.triu_indices(n, k=1)
-    sign = np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
-    return float(sign.sum() / (n * (n - 1) / 2))
+    """Kendall's tau of two tie-free sequences (scipy's tau-b, which is tau-a without ties)."""
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic)
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rho of two permutations of 0..n-1."""
-    n = len(x)
-    d2 = float(((x - y) ** 2).sum())
-    return 1.0 - 6.0 * d2 / (n * (n * n - 1))
+    """Spearman's rho of two permutations of 0..n-1 (scipy's)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
 
 
 def item_ranking_metrics(

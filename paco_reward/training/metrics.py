@@ -21,26 +21,14 @@ import math
 import numpy as np
 
 
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties sharing their average rank (as ``scipy.stats.rankdata``)."""
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.arange(1, len(values) + 1)
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
-
-
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve (Mann-Whitney U, ties count half); NaN without both classes."""
-    scores = np.asarray(scores, dtype=np.float64)
+    """Area under the ROC curve (scikit-learn's; ties count half); NaN without both classes."""
+    from sklearn.metrics import roc_auc_score
+
     labels = np.asarray(labels).astype(bool)
-    positives, negatives = int(labels.sum()), int((~labels).sum())
-    if positives == 0 or negatives == 0:
+    if labels.all() or not labels.any():
         return math.nan
-    ranks = _average_ranks(scores)
-    u = ranks[labels].sum() - positives * (positives + 1) / 2
-    return float(u / (positives * negatives))
+    return float(roc_auc_score(labels, np.asarray(scores, dtype=np.float64)))
 
 
 def decision_metrics(
