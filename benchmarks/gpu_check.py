@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from paco_reward.architectures import default_dtype
 from paco_reward.command_line import Command, config_field, run_cli
 
 logger = logging.getLogger(__name__)
@@ -226,22 +227,11 @@ def shrink_flux(config: dict[str, Any], scale: float) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- helpers
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Parameters created inside are ``dtype`` from the start (no float32 copy first)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def _build_random(factory: Callable[[], torch.nn.Module], device: torch.device,
                   dtype: torch.dtype) -> torch.nn.Module:  # fmt: skip
     """``factory()`` built directly on ``device`` in ``dtype``: random initialisation runs
     there (seconds on a GPU for 12 B parameters), never as float32 on the host."""
-    with torch.device(device), _default_dtype(dtype):
+    with torch.device(device), default_dtype(dtype):
         model = factory()
     if any(p.dtype != dtype for p in model.parameters()):  # a module that ignored the default
         model = model.to(dtype)

@@ -24,6 +24,7 @@ __all__ = [
     "ArchitectureError",
     "MODELS",
     "build_empty",
+    "default_dtype",
     "count_parameters",
     "model_config",
     "shipped_config",
@@ -78,7 +79,7 @@ def build_empty(config: dict[str, Any], dtype=None):
     transformers; parameters in ``dtype`` (default: torch's, float32)."""
     import torch
 
-    with torch.device("meta"), _default_dtype(dtype or torch.get_default_dtype()):
+    with torch.device("meta"), default_dtype(dtype or torch.get_default_dtype()):
         if "_class_name" in config:
             import diffusers
 
@@ -93,7 +94,8 @@ def build_empty(config: dict[str, Any], dtype=None):
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype) -> Iterator[None]:
+def default_dtype(dtype) -> Iterator[None]:
+    """Parameters created inside are ``dtype`` from the start (no float32 copy first)."""
     import torch
 
     previous = torch.get_default_dtype()
