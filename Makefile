@@ -24,12 +24,12 @@ BROWSER_STAMP := $(VENV)/.browser-stamp
 CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
 CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
-.PHONY: test test-quick test-vllm demo lint lock lock-vllm llamafactory-check clean browser environments screenshots
+.PHONY: test test-quick test-vllm demo docs lint lock lock-vllm llamafactory-check clean browser environments screenshots
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-cache-dir --upgrade pip
-	$(PY) -m pip install --quiet --no-cache-dir -c $(LOCK) -e ".[dev,train,serve,grpo,data]"
+	$(PY) -m pip install --quiet --no-cache-dir -c $(LOCK) -e ".[dev,train,serve,grpo,data,docs]"
 	touch $(STAMP)
 
 browser: $(BROWSER_STAMP)
@@ -63,7 +63,7 @@ $(VLLM_STAMP): setup.cfg pyproject.toml requirements-vllm.in $(VLLM_LOCK)
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade pip
-	.venv-lock/bin/python -m pip install --quiet -e ".[dev,train,serve,grpo,data]"
+	.venv-lock/bin/python -m pip install --quiet -e ".[dev,train,serve,grpo,data,docs]"
 	{ echo "# Lock: the versions the demo's and the notes' figures were measured with."; \
 	  echo "# Refresh on purpose with 'make lock' (then re-measure). Used as pip constraints by make test / make demo."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK)
@@ -120,6 +120,11 @@ screenshots: $(STAMP) $(BROWSER_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m demo --output_dir demo_output
+
+# The documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000/, rebuilt on every
+# change; tests/test_docs.py builds it with --strict.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LF_VENV) demo_output .pytest_cache

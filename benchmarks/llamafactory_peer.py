@@ -1,4 +1,4 @@
-"""Peer check: the LLaMA-Factory route of ``data_pipeline/README.md``, run by LLaMA-Factory itself.
+"""Peer check: the LLaMA-Factory route of ``docs/dataset.md``, run by LLaMA-Factory itself.
 
 Builds the tiny Qwen2.5-VL and a small synthetic export, trains a few LoRA steps with the
 real ``llamafactory-cli`` on ``recipes/llamafactory/paco_reward_lora.yaml`` (tiny-scale

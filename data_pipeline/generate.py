@@ -7,8 +7,6 @@ Folder layout read by :func:`ingest_grids` (the one generation writes)::
 
 Outputs in the work folder: ``grids.jsonl`` (one row per grid) and
 ``panels/<prompt_id>/<seed>_<pos>.png`` + ``panels.jsonl`` (row-major positions).
-
-    >>> # generate_grids(pipe, work_dir, seeds=[0, 1, 2, 3])   # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import io
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -135,6 +135,42 @@ def attribute_comparison(a: dict, b: dict) -> str:
     ]
     text = "; ".join(clauses) + "."
     return text[0].upper() + text[1:]
+
+
+_CLAUSE = re.compile(r"^(\w+) (same|different), (.+?) and (.+)$")
+
+
+def parse_attribute_comparison(
+    text: str, vocabulary: Mapping[str, Collection[str]] | None = None
+) -> list[tuple[str, bool, str, str]] | None:
+    """The clauses of an :func:`attribute_comparison` reason as ``(attribute, same,
+    value_a, value_b)``; None when ``text`` is not one: a clause out of its pattern, an
+    attribute named twice, or, with ``vocabulary`` (attribute -> its value words), an
+    attribute or a value outside it or an attribute of it left out.
+
+    >>> parse_attribute_comparison("Shape same, circle and circle; colour different, red and blue.")
+    [('shape', True, 'circle', 'circle'), ('colour', False, 'red', 'blue')]
+    >>> parse_attribute_comparison("Shape same, circle and circle.", {"shape": ["circle"],
+    ...                                                             "colour": ["red"]}) is None
+    True
+    """
+    body = text.strip().removesuffix(".")
+    clauses = []
+    for part in body.split(";"):
+        match = _CLAUSE.match(part.strip())
+        if match is None:
+            return None
+        key, verdict, a, b = match.groups()
+        clauses.append((key.lower(), verdict == "same", a, b))
+    keys = [c[0] for c in clauses]
+    if len(set(keys)) != len(keys):
+        return None
+    if vocabulary is not None and (
+        set(keys) != set(vocabulary)
+        or any(v not in vocabulary[k] for k, _, a, b in clauses for v in (a, b))
+    ):
+        return None
+    return clauses
 
 
 class TemplateReasoner:

@@ -141,8 +141,24 @@ def panel_attributes(spec: PanelSpec) -> dict[str, str]:
     'thick'
     """
     attrs = {k: getattr(spec, k) for k in ATTRIBUTES}
-    attrs["outline"] = "thick" if spec.outline else "none"
+    attrs["outline"] = _outline_word(spec.outline)
     return attrs
+
+
+def _outline_word(width: int) -> str:
+    return "thick" if width else "none"
+
+
+def attribute_words() -> dict[str, list[str]]:
+    """Every word :func:`panel_attributes` can give each attribute: the vocabulary of the
+    pair reasons (:func:`data_pipeline.reasons.parse_attribute_comparison`).
+
+    >>> attribute_words()["outline"]
+    ['none', 'thick']
+    """
+    words = {k: [str(v) for v in CHOICES[k]] for k in ATTRIBUTES}
+    words["outline"] = [_outline_word(width) for width in OUTLINES]
+    return words
 
 
 def describe_panel(spec: PanelSpec) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.context import DemoContext, make_reproducible
+from demo.documented import PAGE, SITE_PAGE
 from demo.pretrained import start_background, stop_background, yield_to_generator
 from paco_reward.command_line import Command, config_field, run_cli
 
@@ -70,7 +71,18 @@ def run(args: DemoArguments) -> int:
     print(f"\nDemo finished; artifacts in {output_dir}/")
     if "annotate_command" in ctx.artifacts:
         print(f"Rank the demo's instances in your browser: {ctx.artifacts['annotate_command']}")
+    print(summary(ctx.artifacts.get("report")))
     return 0
+
+
+def summary(report: Path | None) -> str:
+    """The last line: where this run's report is (``report``: None when the report stage did
+    not run) and where the miniature study that documents its figures is."""
+    where = f"this run's report: {report}" if report else "no report (the report stage writes it)"
+    return (
+        f"Figures: {where}; the miniature study they are measured against: {PAGE} "
+        f"(on the docs site, `make docs`: {SITE_PAGE})."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from PIL import Image
 from data_pipeline.storage import save_image_atomic
 from demo import pretrained
 from demo.context import DemoContext, ReportSection, cache_dir
+from demo.documented import documented
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
@@ -98,5 +99,7 @@ def run(ctx: DemoContext) -> None:
             [(sheet, "World renders (above) and generated grids (below), held-out prompts")],
         )
     )
+    print(documented("generator.consistency", judged["generator"]["consistency"]))
+    print(documented("generator.alignment", judged["generator"]["alignment"]))
     print(f"Samples (world renders above, generated below): {sheet}")
     ctx.artifacts["world_generator"] = path

@@ -35,4 +35,5 @@ def run(ctx: DemoContext) -> None:
             "",
         ]
     atomic_write_text(out, "\n".join(parts))
+    ctx.artifacts["report"] = out
     print(f"Report: {out}")

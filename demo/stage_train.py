@@ -13,9 +13,13 @@ written next to the model.
 The trained evaluator is then scored through ``PacoReward.score`` on the held-out prompts,
 against ground-truth labels (``export/truth``: identical panels vs panels two or more
 attributes apart) and against the annotators' labels, next to pixel similarity and tiny
-CLIP-I. Without the export it trains on relational coloured-square pairs (toy task).
-Sets ``ctx.artifacts["trained_evaluator"]`` (a plain Hugging Face folder) and
-``ctx.artifacts["tiny_clip"]``.
+CLIP-I. Its generated reasons are checked on :data:`EXPLAINED_PAIRS` of the held-out
+ground-truth pairs (:func:`reasons_agreement`): how often they are the world's clauses
+("Shape same, circle and circle; ..."), how often the answer agrees with them (Yes exactly
+when every clause says same) and how often the answer is right. Without the export it trains
+on relational coloured-square pairs (toy task). Sets ``ctx.artifacts["trained_evaluator"]``
+(a plain Hugging Face folder), ``ctx.artifacts["tiny_clip"]``,
+``ctx.artifacts["train_results"]`` and ``ctx.artifacts["train_reasons"]``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from demo.context import DemoContext, print_table
+from data_pipeline.reasons import parse_attribute_comparison
+from data_pipeline.synthetic import attribute_words
+from demo.context import DemoContext, ReportSection, print_table
+from demo.documented import documented
 from demo.stage_standin import IMAGE_PIXELS, standin_model, world_of
 from paco_reward import PacoReward
 from paco_reward.baselines import CLIPImageScorer, PixelScorer
@@ -48,6 +55,10 @@ PROCESSES = 2
 # Where the evaluator trained on the data stage's pairs goes, and its recipe beside it.
 EVALUATOR_DIR = ("models", "tiny-trained")
 EVALUATOR_RECIPE = ("models", "tiny-trained.yaml")
+# Held-out ground-truth pairs whose reasons are generated (half Yes, half No): about half a
+# second each on one core, greedy, up to REASON_TOKENS tokens (a full reason takes about 80).
+EXPLAINED_PAIRS = 48
+REASON_TOKENS = 100
 
 
 def sft_recipe(
@@ -157,6 +168,72 @@ def compare(rm: PacoReward, rows, clip: CLIPImageScorer) -> list[dict]:
     return out
 
 
+def explained_rows(labels: list[int], n: int = EXPLAINED_PAIRS, seed: int = 0) -> list[int]:
+    """Indices of ``n`` rows, half with label 1 and half with label 0 (as many as there are),
+    drawn with ``seed``, in index order."""
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for label in (1, 0):
+        index = [i for i, y in enumerate(labels) if y == label]
+        chosen += rng.choice(index, size=min(n // 2, len(index)), replace=False).tolist()
+    return sorted(chosen)
+
+
+def reasons_agreement(rm: PacoReward, rows, n: int = EXPLAINED_PAIRS, seed: int = 0) -> dict:
+    """Generate the judgement of ``n`` rows (:func:`explained_rows`) and read its reasons as
+    the world's clauses (:func:`data_pipeline.reasons.parse_attribute_comparison`, the
+    world's words).
+
+    Returns ``{"pairs", "parsed", "agree", "agree_values", "answer_right", "clauses_right",
+    "example"}``: the share of judgements whose reasons parse (every attribute once, in the
+    world's words); of those, the share whose answer agrees with its clauses (Yes exactly
+    when every clause says same), the share whose answer agrees with the values the clauses
+    name (Yes exactly when every clause names one value twice) and the share of clauses
+    whose verdict (same / different) is the ground truth's (the row's own reasons); the share
+    of answers equal to the label (over all ``n``); and the first judgement, as ``{"label",
+    "text", "parsed", "agrees"}``.
+    """
+    words = attribute_words()
+    chosen = explained_rows(list(rows["label"]), n, seed)
+    parsed = agree = agree_values = right = clauses_right = clauses = 0
+    example = None
+    for i in chosen:
+        row = rows[i]
+        judgement = rm.explain(
+            row["image_a"], row["image_b"], row["prompt"] or None,
+            template=row["template"], max_new_tokens=REASON_TOKENS,
+        )  # fmt: skip
+        answer = judgement.answer.lower()
+        right += answer == ("yes" if row["label"] else "no")
+        said = parse_attribute_comparison(judgement.reasons, words)
+        agrees = None
+        if said is not None:
+            parsed += 1
+            agrees = answer == ("yes" if all(same for _, same, _, _ in said) else "no")
+            agree += agrees
+            agree_values += answer == ("yes" if all(a == b for _, _, a, b in said) else "no")
+            truth = parse_attribute_comparison(row["reasons"] or "", words) or []
+            verdicts = {k: same for k, same, _, _ in truth}
+            if verdicts:  # the ground truth's own clauses (every truth pair has them)
+                clauses_right += sum(same == verdicts[k] for k, same, _, _ in said)
+                clauses += len(said)
+        if example is None:
+            example = {
+                "label": row["label"], "text": judgement.text,
+                "parsed": said is not None, "agrees": agrees,
+            }  # fmt: skip
+    total = len(chosen)
+    return {
+        "pairs": total,
+        "parsed": parsed / total,
+        "agree": agree / parsed if parsed else float("nan"),
+        "agree_values": agree_values / parsed if parsed else float("nan"),
+        "answer_right": right / total,
+        "clauses_right": clauses_right / clauses if clauses else float("nan"),
+        "example": example,
+    }
+
+
 def run(ctx: DemoContext) -> None:
     data_dir = ctx.artifacts.get("pair_dataset_dir")
     output_dir = ctx.path(*EVALUATOR_DIR)
@@ -177,8 +254,16 @@ def run(ctx: DemoContext) -> None:
     elapsed = time.perf_counter() - start
     print(f"Trained in {elapsed:.0f}s with: {command}")
     ctx.artifacts["trained_evaluator"] = output_dir
+    evaluate(ctx, PacoReward.from_pretrained(output_dir), data_dir, clip_dir, elapsed)
+    print(f"Model, metrics.jsonl, loss_curve.png and README.md in {output_dir}/")
 
-    rm = PacoReward.from_pretrained(output_dir)
+
+def evaluate(ctx: DemoContext, rm: PacoReward, data_dir, clip_dir: Path, elapsed: float) -> None:
+    """The trained evaluator ``rm`` against the baselines on the held-out pairs of the export
+    ``data_dir`` (ground-truth and annotator labels) and its reasons
+    (:func:`reasons_agreement`): tables for the report, the headline figures next to their
+    documented ranges (:mod:`demo.documented`), ``ctx.artifacts["train_results"]`` and
+    ``ctx.artifacts["train_reasons"]``."""
     clip = CLIPImageScorer(clip_dir)
     splits = load_pair_dataset_dict(data_dir)
     truth = load_pair_dataset_dict(Path(data_dir) / "truth")["test"]
@@ -195,23 +280,47 @@ def run(ctx: DemoContext) -> None:
                  r.get("p_yes_on_yes", "-"), r.get("p_yes_on_no", "-")]
             )  # fmt: skip
     ctx.artifacts["train_results"] = results
-    print_table(
-        f"Tiny evaluator (PaCo SFT, {elapsed:.0f}s) vs image-similarity baselines on held-out "
-        "prompts",
-        ["labels", "pairs", "method", "accuracy", "ROC-AUC", "P(Yes) | Yes", "P(Yes) | No"],
-        rows,
+    ctx.table(
+        ReportSection(
+            "The tiny evaluator against image similarity",
+            f"Tiny evaluator (PaCo SFT, {elapsed:.0f}s) vs image-similarity baselines on "
+            "held-out prompts",
+            ["labels", "pairs", "method", "accuracy", "ROC-AUC", "P(Yes) | Yes", "P(Yes) | No"],
+            rows,
+        )
     )
     print(
         "Evaluator accuracy: P(Yes) >= 0.5. Baseline accuracy: their best threshold chosen on "
         "the same pairs (an upper bound). Annotator labels are relative to each ranking: a "
         f"perfect judge reaches {ctx.artifacts.get('label_ceiling', float('nan')):.3f} on them."
     )
-    example = truth[0]
-    judgement = rm.explain(
-        example["image_a"], example["image_b"], example["prompt"] or None, max_new_tokens=80
+    paco = results["held-out pairs, ground-truth labels"][-1]
+    print(documented("train.truth_accuracy", paco["accuracy"]))
+    print(documented("train.truth_roc_auc", paco["roc_auc"]))
+
+    start = time.perf_counter()
+    reasons = reasons_agreement(rm, truth, n=EXPLAINED_PAIRS, seed=ctx.seed)
+    ctx.artifacts["train_reasons"] = reasons
+    ctx.table(
+        ReportSection(
+            "The tiny evaluator's reasons",
+            f"explain() on {reasons['pairs']} held-out ground-truth pairs (half Yes), greedy, "
+            f"{time.perf_counter() - start:.0f}s: reasons in the world's clauses; of those, "
+            "answers agreeing with their verdicts (Yes exactly when every clause says same) "
+            "and with the values they name (Yes exactly when each names one value twice), and "
+            "clause verdicts equal to the ground truth's; answers equal to the label",
+            ["pairs", "reasons parse", "answer agrees with the verdicts", "with the values",
+             "clause verdicts right", "answer right"],
+            [[reasons["pairs"], reasons["parsed"], reasons["agree"], reasons["agree_values"],
+              reasons["clauses_right"], reasons["answer_right"]]],
+        )
+    )  # fmt: skip
+    print(documented("train.reasons_agree", reasons["agree"]))
+    example = reasons["example"]
+    print(
+        f"For example (label {example['label']}; reasons parse: {example['parsed']}, answer "
+        f"agrees with them: {example['agrees']}): {example['text']!r}"
     )
-    print(f"\nexplain() on a held-out pair (label {example['label']}): {judgement.text!r}")
-    print(f"Model, metrics.jsonl, loss_curve.png and README.md in {output_dir}/")
 
 
 def _run_toy(ctx: DemoContext, output_dir: Path) -> None:

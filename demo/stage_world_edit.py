@@ -31,6 +31,7 @@ import torch
 from data_pipeline.storage import save_image_atomic
 from demo import pretrained
 from demo.context import DemoContext, ReportSection
+from demo.documented import documented
 from demo.stage_generator import sample_sheet
 from demo.stage_world_grpo import gain_cell, plot_runs, reward_means, world_models
 from demo.world_editor import (
@@ -257,4 +258,7 @@ def run(ctx: DemoContext) -> None:
             reward_rows(test_records, [s for s, _ in pairs], before, str(evaluator), str(clip)),
         )
     )
+    for arm in ARMS:
+        gain = pooled_gain(list(results[arm].values()), "success")["mean"]
+        print(f"{arm.name}: " + documented(f"world_edit.{arm.slug}", gain))
     ctx.artifacts["world_edit"] = results

@@ -32,6 +32,7 @@ import torch
 from data_pipeline.storage import save_image_atomic
 from demo import pretrained
 from demo.context import DemoContext, ReportSection
+from demo.documented import documented
 from demo.stage_generator import sample_sheet
 from demo.world_generator import (
     GeneratorConfig,
@@ -309,6 +310,9 @@ def run(ctx: DemoContext) -> None:
                 (plots if i == 0 else []) + sheets,
             )
         )
+    for arm in ARMS:
+        gain = pooled_gain(list(results[arm].values()), "consistency")["mean"]
+        print(f"{arm.name}: " + documented(f"world_grpo.{arm.slug}", gain))
     print(
         f"Reward curves: {rewards_plot}, {ratio_plot}; samples: {ctx.path('world_grpo')}/samples_*.png"
     )

@@ -11,7 +11,12 @@ passed to ``register_for_checkpointing`` because accelerate loads custom objects
 
 A checkpoint is written to a temporary folder and renamed into
 ``output_dir/checkpoints/checkpoint-<next epoch>`` when every process has finished, then
-the oldest beyond ``save_total_limit`` are deleted.
+the oldest beyond ``save_total_limit`` are deleted. This is not accelerate's own rotation
+(``ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=...)``) on purpose: that
+deletes the oldest checkpoint *before* writing the new one in place, so a run killed while
+saving is left with one complete checkpoint fewer and a partial newest one, which its
+``load_state()`` then picks; and it rotates only what ``save_state`` writes, not the FSDP path
+below.
 
 Under FSDP (``fsdp_version: 2``, ``recipes/accelerate/fsdp_grpo.yaml``) the LoRA parameters and
 their EMA are DTensor shards: every process gathers them (``full_tensor``), rank 0 writes the

@@ -107,6 +107,57 @@ def _to_bool(text: str) -> bool:
     return value
 
 
+def _union_members(tp) -> tuple:
+    """The members of a ``Union`` / ``X | Y`` annotation (``None`` left out); ``()`` otherwise."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(tp) if a is not type(None))
+    return ()
+
+
+def _text_in_union(members: tuple, optional: bool) -> Callable[[str], Any]:
+    """An argparse ``type`` for a union that takes a string, such as transformers'
+    ``IntervalStrategy | str``: the text stays text (``--eval_strategy no`` is ``"no"``, not
+    YAML's ``False``); a number only where the union takes one; ``null`` where optional."""
+
+    def convert(text: str):
+        if optional and text in ("null", "None", "~"):
+            return None
+        value = _yaml_value(text)
+        if isinstance(value, bool):
+            return text
+        if (
+            isinstance(value, int)
+            and int in members
+            or isinstance(value, float)
+            and float in members
+        ):
+            return value
+        if isinstance(value, list) and any(typing.get_origin(m) is list for m in members):
+            return value
+        return text
+
+    return convert
+
+
+def words_for_strings(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with a YAML boolean given to a field that takes a string but no bool turned
+    back into its word: PyYAML reads ``save_strategy: no`` as ``False``, which transformers'
+    ``"no"`` strategy cannot be told from otherwise.
+
+    Example:
+        >>> from paco_reward.training import PacoSFTConfig
+        >>> words_for_strings(PacoSFTConfig, {"save_strategy": False, "bf16": False})
+        {'save_strategy': 'no', 'bf16': False}
+    """
+    types_ = {f.name: f.type for f in dataclasses.fields(cls)}
+    out = dict(values)
+    for name, value in values.items():
+        members = _union_members(types_.get(name))
+        if isinstance(value, bool) and str in members and bool not in members:
+            out[name] = "yes" if value else "no"
+    return out
+
+
 def _has_default(f: dataclasses.Field) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
@@ -168,6 +219,8 @@ def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix
         kwargs["type"] = _string_or_none if optional else str
     elif inner in (int, float):
         kwargs["type"] = _number(inner, optional)
+    elif str in _union_members(inner):
+        kwargs["type"] = _text_in_union(_union_members(inner), optional)
     else:
         kwargs["type"] = _yaml_value
     if typing.get_origin(inner) is typing.Literal:
@@ -277,7 +330,7 @@ def config_from_namespace(cls: type, namespace: argparse.Namespace, recipe: bool
     positional = {f.name for f in dataclasses.fields(cls) if f.metadata.get("positional")}
     values = apply_overrides(values, {k: v for k, v in given.items() if k not in positional})
     values.update({k: given[k] for k in positional if k in given and given[k] is not None})
-    return build_config(cls, values, "recipe" if recipe else "command line")
+    return build_config(cls, words_for_strings(cls, values), "recipe" if recipe else "command line")
 
 
 def parse_config(cls: type, argv: Sequence[str] | None = None, *, recipe: bool = False,

@@ -5,7 +5,7 @@ benchmarks all render a pair through :func:`render_instruction` and
 :func:`build_messages`, so a trained model is scored on exactly the text it
 learned from.
 
-    >>> render_instruction("consistency", "a red fox")[:52]
+    >>> render_instruction("consistency", "a red fox")[:53]
     'Given two subfigures generated based on the theme: "a'
     >>> format_answer(True, "Both show the same fox.")
     'Yes. Both show the same fox.'
@@ -74,6 +74,9 @@ TEMPLATES: dict[str, Template] = {
         ),
     ]
 }
+"""The paper's task-aware instructions by name: ``consistency`` (the default), ``criteria``,
+``rank``, ``edit_consistency`` and ``edit_following``. A scorer's ``template=`` takes one of
+these names, a :class:`Template`, or a format string with a ``{prompt}`` field."""
 
 DEFAULT_TEMPLATE = "consistency"
 

@@ -74,3 +74,23 @@ def test_errors_in_the_command_exit_1_with_one_line(capsys, tmp_path):
         run_cli("prog", "test", [Command("run", Args, lambda a: None, "run")], ["--scorer", "x"])
         == 0
     )
+
+
+def test_yaml_words_stay_words_where_transformers_expects_a_string(tmp_path):
+    """``no`` is YAML 1.1's False; transformers' strategies spell "no" as a string. On the
+    command line and in a recipe it reaches TrainingArguments as the word, which converts it."""
+    from transformers.trainer_utils import IntervalStrategy, SaveStrategy
+
+    from paco_reward.training import PacoSFTConfig
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"output_dir: {tmp_path / 'out'}\nsave_strategy: no\nuse_cpu: true\n")
+    config = parse_config(
+        PacoSFTConfig, [str(recipe), "--eval_strategy", "no", "--report_to", "none"], recipe=True
+    )
+    assert config.eval_strategy == IntervalStrategy.NO
+    assert config.save_strategy == SaveStrategy.NO
+    assert config.report_to == []  # transformers' reading of "none"
+    # A number where the union takes none stays text, and transformers names the bad value.
+    with pytest.raises(ValueError, match="7 is not a valid IntervalStrategy"):
+        parse_config(PacoSFTConfig, [str(recipe), "--eval_strategy", "7"], recipe=True)

@@ -32,7 +32,7 @@ class PanelColourAgreementReward(BaseReward):
 
     Example:
         >>> import torch
-        >>> PanelColourAgreementReward()([torch.full((3, 32, 32), 0.5)], ["a grid"], [{}])
+        >>> PanelColourAgreementReward()([torch.full((3, 32, 32), 0.5)], ["a 2x2 grid"], [{}])
         array([1.])
     """
 

@@ -39,6 +39,8 @@ REWARDS: dict[str, type] = {
     "edit_consistency": EditConsistencyReward,
     "panel_colour_agreement": PanelColourAgreementReward,
 }
+"""The built-in rewards by recipe name (the keys of a recipe's ``rewards``);
+:func:`build_reward` builds one from its name and keyword arguments."""
 
 
 def _takes_device(reward_class: type) -> bool:

@@ -1,6 +1,6 @@
 """A model card (``README.md``) written next to trained weights: data, recipe, metrics.
 
->>> print(render_model_card(base_model="tiny", metrics={"eval_roc_auc": 1.0})[:27])
+>>> print(render_model_card(base_model="tiny", metrics={"eval_roc_auc": 1.0})[:30])
 ---
 library_name: transformers
 """

@@ -21,8 +21,11 @@ from data_pipeline.reasons import (
     ReasonStore,
     TemplateReasoner,
     annotate_reasons,
+    attribute_comparison,
     check_reason,
+    parse_attribute_comparison,
 )
+from data_pipeline.synthetic import SyntheticWorld, attribute_words, panel_attributes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,6 +160,28 @@ def test_template_reasoner_names_synthetic_attributes(pairs_work):
     assert all(len(c.split(", ")[1].split(" and ")) == 2 for c in clauses)
     assert any(c.split(",")[0].endswith(" different") for c in clauses)
     assert check_reason(text_no, 0) and check_reason(text_yes, 1)
+
+
+def test_attribute_comparisons_parse_back_with_the_worlds_vocabulary():
+    world = SyntheticWorld(seed=0)
+    words = attribute_words()
+    for record in world.make_prompts(4):
+        a, b = (panel_attributes(world.panel_specs(record, g)[g]) for g in (0, 3))
+        text = attribute_comparison(a, b)
+        assert parse_attribute_comparison(text, words) == [
+            (key, a[key] == b[key], a[key], b[key]) for key in a
+        ]
+    good = attribute_comparison(a, b)
+    clauses = good.removesuffix(".").split("; ")
+    for broken in (
+        "; ".join(clauses[:-1]) + ".",  # an attribute left out (cut short)
+        good.replace(" same,", " alike,", 1).replace(" different,", " alike,", 1),
+        good.replace(f", {a['shape']} and", ", blob and", 1),  # not a word of the world
+        "; ".join([clauses[0], *clauses]) + ".",  # an attribute twice
+        "Both show the same character.",
+    ):
+        assert parse_attribute_comparison(broken, words) is None, broken
+    assert parse_attribute_comparison("; ".join(clauses[:2])) is not None  # no vocabulary
 
 
 def test_store_tolerates_a_truncated_last_line(tmp_path):
