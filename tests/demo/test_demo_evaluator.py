@@ -1,21 +1,18 @@
 """The demo's claim that its trained evaluator beats the image-similarity baselines, on a
 smaller world (fewer prompts, shorter stand-in pretraining and SFT) and for two seeds,
-each a separate process (evaluator_run.py), run side by side."""
+each a separate process (evaluator_run.py), run side by side.
+
+The two runs are seven minutes of CPU work that share nothing with the other tests, so
+they start in the background as soon as the session has collected this test (at a lower
+priority: they soak up the cores the rest of the suite leaves idle), and this test, moved to
+the end of the session, collects their results (tests/demo/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-RUN = Path(__file__).with_name("evaluator_run.py")
-# prompts, stand-in steps, SFT steps (of 16 pairs), pixels per panel: the demo's are
-# 288 / 1600 / 400 of 2 x 16 / 112 x 112.
-SCALE = os.environ.get("PACO_TEST_EVALUATOR_SCALE", "96 600 700 3136").split()
 PIXEL, CLIP, PACO = (
     "pixel similarity (Pixel L1)",
     "tiny CLIP-I",
@@ -24,23 +21,8 @@ PIXEL, CLIP, PACO = (
 
 
 @pytest.mark.slow
-def test_the_evaluator_beats_pixel_similarity_and_clip_on_truth_pairs(tmp_path):
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(RUN.parents[2]),
-        "OMP_NUM_THREADS": "1",
-        "PACO_RL_CACHE": str(tmp_path / "cache"),
-    }
-    runs = [
-        subprocess.Popen(
-            [sys.executable, str(RUN), str(tmp_path / f"seed{seed}"), str(seed), *SCALE],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for seed in (0, 1)
-    ]
+def test_the_evaluator_beats_pixel_similarity_and_clip_on_truth_pairs(evaluator_runs):
+    runs = evaluator_runs
     results = []
     for run in runs:
         out, err = run.communicate(timeout=1200)
