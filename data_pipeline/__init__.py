@@ -10,8 +10,9 @@ app is :mod:`data_pipeline.annotate`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from paco_reward.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from data_pipeline.export import ExportConfig, export_dataset
@@ -74,18 +75,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'data_pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
     "DataPipelineError",

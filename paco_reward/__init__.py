@@ -7,7 +7,6 @@ app do) must not load torch.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from paco_reward.errors import (
@@ -19,6 +18,7 @@ from paco_reward.errors import (
     RewardServerError,
     YesNoTokenError,
 )
+from paco_reward.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from paco_reward.outputs import EditScore, Judgement, Ranking, SetScore
@@ -49,18 +49,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'paco_reward' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
     "TEMPLATES",
