@@ -582,6 +582,7 @@ def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str,
             generator=torch.Generator(device).manual_seed(cfg.seed),
             transformer=accelerator.unwrap_model(model),
             output_type="latent",
+            scheduler=rollout.scheduler,  # the recipe's train.sde_type, as the trainer samples
         )
     steps = out.noise_steps
     samples = [

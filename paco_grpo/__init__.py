@@ -1,6 +1,6 @@
 """PaCo-GRPO: Flow-GRPO fine-tuning of FLUX for consistent image sets.
 
-Modules: :mod:`paco_grpo.sde` (the SDE step) and :mod:`paco_grpo.scheduling_flow_grpo`
+Modules: :mod:`paco_grpo.sde` (the SDE and CPS steps) and :mod:`paco_grpo.scheduling_flow_grpo`
 (the same as a diffusers-style scheduler), :mod:`paco_grpo.timesteps` (FLUX's
 resolution-shifted schedule), :mod:`paco_grpo.advantages` (reward aggregation and group
 advantages), :mod:`paco_grpo.rewards` (reward contract and registry),
@@ -15,7 +15,7 @@ from paco_grpo.advantages import AdvantageResult, compute_advantages
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler, FlowGRPOSchedulerOutput
-from paco_grpo.sde import sde_step
+from paco_grpo.sde import cps_step, sde_step
 from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
 __version__ = "0.1.0"
@@ -28,6 +28,7 @@ __all__ = [
     "GRPOConfig",
     "GRPOTrainer",
     "compute_advantages",
+    "cps_step",
     "flux_schedule",
     "sde_step",
 ]

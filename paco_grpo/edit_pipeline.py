@@ -43,6 +43,7 @@ from paco_grpo.pipeline import (
     check_sampling_inputs,
     sde_denoise,
 )
+from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import flux_schedule
 from paco_reward.images import ImageInput, image_hash, load_image
 
@@ -265,6 +266,7 @@ class EditGRPOSampler:
         latents: torch.Tensor | None = None,
         transformer=None,
         output_type: str = "pt",
+        scheduler: FlowGRPOScheduler | None = None,
     ) -> SampleOutput:
         """Edit ``images[k]`` following ``prompts[k]``, one output per pair.
 
@@ -284,6 +286,7 @@ class EditGRPOSampler:
             latents: optional packed initial latents.
             transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
             output_type: ``"pt"`` (decoded images) or ``"latent"``.
+            scheduler: the stochastic step (SDE or CPS); default Flow-GRPO's SDE.
         """
         transformer = transformer if transformer is not None else self.pipe.transformer
         # 1. Check inputs
@@ -328,6 +331,7 @@ class EditGRPOSampler:
             noise_level,
             noise_steps,
             generator,
+            scheduler,
         )
 
         # 7. Decode

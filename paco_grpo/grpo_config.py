@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES
 from paco_reward.command_line import apply_overrides, coerce_floats
 from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
 
@@ -103,7 +104,22 @@ class TrainSection:
         default=10, metadata={"help": "Denoising steps when sampling for training."}
     )
     noise_level: float = field(
-        default=0.7, metadata={"help": "SDE noise level a (std_t = a*sqrt(sigma/(1-sigma)))."}
+        default=0.7,
+        metadata={
+            "help": "Noise level a of the stochastic steps: sde `std_t = a*sqrt(sigma/(1-sigma))`; cps `std = sigma_next*sin(a*pi/2)` with 0 < a <= 1."
+        },
+    )
+    sde_type: str = field(
+        default="sde",
+        metadata={
+            "help": f"Stochastic step at the noise steps, one of {SDE_TYPES}: sde (Flow-GRPO's reverse-time SDE) or cps (coefficient-preserving sampling, the released code's `cps` flag; keeps the flow's marginal coefficients exactly). Evaluation always samples with the deterministic ODE."
+        },
+    )
+    cps_log_prob: str = field(
+        default="gaussian",
+        metadata={
+            "help": f"Log-probability of a CPS step, one of {CPS_LOG_PROBS}: gaussian (`log N(x'; mean, std^2)` averaged over elements, as the SDE's) or released (the released code's `-mean((x' - mean)^2)`, not a density: its log-ratio is `2*std^2` times the Gaussian one, so `epsilon` clips differently). Only with sde_type: cps."
+        },
     )
     noise_steps: list[int] = field(
         default_factory=lambda: [1],
@@ -129,6 +145,32 @@ class TrainSection:
                 f"train.noise_steps must be a non-empty list of step indices in [0, {self.num_steps - 1}]; "
                 f"got {self.noise_steps!r}."
             )
+        if self.sde_type not in SDE_TYPES:
+            raise ValueError(f"train.sde_type must be one of {SDE_TYPES}; got {self.sde_type!r}.")
+        if self.cps_log_prob not in CPS_LOG_PROBS:
+            raise ValueError(
+                f"train.cps_log_prob must be one of {CPS_LOG_PROBS}; got {self.cps_log_prob!r}."
+            )
+        if self.sde_type == "sde" and self.cps_log_prob != "gaussian":
+            raise ValueError(
+                f"train.cps_log_prob={self.cps_log_prob!r} applies only to train.sde_type: cps "
+                "(the SDE step's log-probability is always its Gaussian density); set "
+                "train.sde_type: cps or drop train.cps_log_prob."
+            )
+        if self.sde_type == "cps":
+            if self.noise_level > 1:
+                raise ValueError(
+                    f"train.noise_level must be in (0, 1] with train.sde_type: cps (std = "
+                    f"sigma_next*sin(a*pi/2) grows only up to a = 1; a and 2 - a give the same "
+                    f"std); got {self.noise_level}."
+                )
+            if self.num_steps - 1 in self.noise_steps:
+                raise ValueError(
+                    f"train.noise_steps includes the last step ({self.num_steps - 1}), whose next "
+                    "sigma is 0: with train.sde_type: cps its std = sigma_next*sin(a*pi/2) is 0, "
+                    "a deterministic step with no log-probability; drop it from "
+                    f"train.noise_steps (got {self.noise_steps!r})."
+                )
 
 
 @dataclass

@@ -190,6 +190,7 @@ class FlowGRPOSampler:
         latents: torch.Tensor | None = None,
         transformer=None,
         output_type: str = "pt",
+        scheduler: FlowGRPOScheduler | None = None,
     ) -> SampleOutput:
         """Sample one image per prompt (repeat a prompt for a group).
 
@@ -205,6 +206,9 @@ class FlowGRPOSampler:
             latents: optional packed initial latents.
             transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
             output_type: ``"pt"`` (decoded images) or ``"latent"``.
+            scheduler: the stochastic step (SDE or CPS, see
+                :class:`paco_grpo.scheduling_flow_grpo.FlowGRPOScheduler`);
+                default Flow-GRPO's SDE. ``noise_level`` sets its ``a``.
         """
         pipe = self.pipe
         transformer = transformer if transformer is not None else pipe.transformer
@@ -242,6 +246,7 @@ class FlowGRPOSampler:
             noise_level,
             noise_steps,
             generator,
+            scheduler,
         )
 
         # 6. Decode
@@ -282,6 +287,7 @@ def sde_denoise(
     noise_level: float,
     noise_steps: Sequence[int],
     generator: torch.Generator | None = None,
+    scheduler: FlowGRPOScheduler | None = None,
 ) -> SampleOutput:
     """The denoising loop every sampler shares: Euler ODE steps, and the Flow-GRPO SDE step
     (:class:`paco_grpo.scheduling_flow_grpo.FlowGRPOScheduler`) at ``noise_steps``, whose
@@ -295,6 +301,8 @@ def sde_denoise(
         noise_level: ``a`` of the SDE steps.
         noise_steps: sorted step indices that take the SDE step.
         generator: draws the SDE noise.
+        scheduler: the stochastic step; default ``FlowGRPOScheduler(noise_level)`` (the SDE).
+            ``noise_level`` is its ``a`` at the noise steps either way.
 
     Returns:
         A :class:`SampleOutput` with ``images=None`` (the caller decodes).
@@ -307,7 +315,7 @@ def sde_denoise(
         >>> out.log_probs.shape, out.noise_latents.shape
         (torch.Size([2, 1]), torch.Size([2, 1, 16, 4]))
     """
-    scheduler = FlowGRPOScheduler(noise_level)
+    scheduler = scheduler if scheduler is not None else FlowGRPOScheduler(noise_level)
     before, after, log_probs = [], [], []
     for i, t in enumerate(schedule.timesteps):
         v = velocity(latents, t)
@@ -317,7 +325,7 @@ def sde_denoise(
             schedule.sigmas[i + 1],
             latents,
             sigma_max=schedule.sigma_max,
-            noise_level=None if i in noise_steps else 0.0,
+            noise_level=noise_level if i in noise_steps else 0.0,
             generator=generator,
         )
         if i in noise_steps:

@@ -77,7 +77,8 @@ class Rollout:
         self.items = items
         self.accelerator = accelerator
         self.editing = editing
-        self.scheduler = FlowGRPOScheduler(config.train.noise_level)
+        tc = config.train
+        self.scheduler = FlowGRPOScheduler(tc.noise_level, tc.sde_type, tc.cps_log_prob)
 
     # ------------------------------------------------------------------ items
     def resolution(self, item: PromptItem, default: int) -> tuple[int, int]:
@@ -113,8 +114,9 @@ class Rollout:
         return [int(i) for i in chosen for _ in range(cfg.num_generations)]
 
     def sample(self, items: list[PromptItem], size, section, generator, transformer, noise: bool):
-        """One sampling call for ``items`` at ``size``: SDE at the train noise steps when
-        ``noise``, else ODE; editing policies get each item's reference image."""
+        """One sampling call for ``items`` at ``size``: the train step (``train.sde_type``) at
+        the train noise steps when ``noise``, else ODE; editing policies get each item's
+        reference image."""
         tc = self.config.train
         kwargs = {
             "num_steps": section.num_steps,
@@ -123,6 +125,7 @@ class Rollout:
             "noise_steps": tc.noise_steps if noise else [],
             "generator": generator,
             "transformer": transformer,
+            "scheduler": self.scheduler if noise else None,
         }
         prompts = [it.prompt for it in items]
         if self.editing:

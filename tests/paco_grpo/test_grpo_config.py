@@ -114,6 +114,15 @@ def test_save_json_round_trips(tmp_path):
     assert GRPOConfig.from_yaml(tmp_path / "c.json", {"seed": 7}).seed == 7
 
 
+def test_the_recipes_commented_cps_setting_loads():
+    cfg = GRPOConfig.from_yaml(
+        "recipes/grpo_flux_t2is.yaml", {"train.sde_type": "cps", "train.noise_level": 0.8}
+    )
+    assert (cfg.train.sde_type, cfg.train.cps_log_prob) == ("cps", "gaussian")
+    assert (cfg.train.noise_steps, cfg.train.num_steps) == ([1], 10)
+    assert GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml").train.sde_type == "sde"
+
+
 @pytest.mark.parametrize(
     "overrides,match",
     [
@@ -150,6 +159,23 @@ def test_save_json_round_trips(tmp_path):
             r"train.noise_steps must be a non-empty list .* \[0, 9\]",
         ),
         ({"train": {"noise_steps": []}}, "train.noise_steps must be a non-empty list"),
+        ({"train": {"sde_type": "ode"}}, r"train.sde_type must be one of \('sde', 'cps'\)"),
+        (
+            {"train": {"sde_type": "cps", "cps_log_prob": "mse"}},
+            r"train.cps_log_prob must be one of \('gaussian', 'released'\); got 'mse'",
+        ),
+        (
+            {"train": {"cps_log_prob": "released"}},
+            "train.cps_log_prob='released' applies only to train.sde_type: cps",
+        ),
+        (
+            {"train": {"sde_type": "cps", "noise_level": 1.2}},
+            r"train.noise_level must be in \(0, 1\] with train.sde_type: cps.*got 1.2",
+        ),
+        (
+            {"train": {"sde_type": "cps", "num_steps": 4, "noise_steps": [1, 3]}},
+            r"train.noise_steps includes the last step \(3\).*got \[1, 3\]",
+        ),
         ({"test": {"resolution": 0}}, "test.resolution must be a positive multiple of 16"),
         ({"test": {"num_steps": 0}}, "test.num_steps must be >= 1"),
         ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size must be a positive"),

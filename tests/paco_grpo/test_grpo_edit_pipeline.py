@@ -1,5 +1,5 @@
 """Editing samplers on tiny Kontext / Qwen-Image-Edit pipelines: a = 0 equals diffusers, SDE
-transitions are recorded and re-scorable, references are resized preserving aspect ratio."""
+and CPS transitions are recorded and re-scorable, references are resized preserving aspect ratio."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from paco_grpo.edit_pipeline import (
     prepare_edit_items,
     resize_to_area,
 )
-from paco_grpo.sde import sde_step
+from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
 from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 from paco_reward.errors import PromptError
@@ -125,9 +125,11 @@ def test_kontext_noise_level_zero_equals_flux_kontext_pipeline(kontext, noise_st
     torch.testing.assert_close(ours.schedule.timesteps, pipe.scheduler.timesteps, rtol=0, atol=0)
 
 
-def test_kontext_sde_steps_are_recorded_and_rescorable(kontext):
+@pytest.mark.parametrize("sde_type", ["sde", "cps"])
+def test_kontext_sde_steps_are_recorded_and_rescorable(kontext, sde_type):
     _, pipe = kontext
     sampler = KontextGRPOSampler(pipe, max_sequence_length=32)
+    scheduler = FlowGRPOScheduler(0.9, sde_type=sde_type)
     prompts = ["make it red", "make it blue"]
     refs = [_image(200, 100, seed=1), _image(100, 50, seed=2)]
     out = sampler(
@@ -138,6 +140,7 @@ def test_kontext_sde_steps_are_recorded_and_rescorable(kontext):
         noise_level=0.9,
         noise_steps=[0, 2],
         generator=torch.Generator().manual_seed(0),
+        scheduler=scheduler,
     )
     assert out.images.shape == (2, 3, 16, 48)  # 2:1 references at 32^2 px area
     assert out.noise_latents.shape == (2, 2, 3, 16) and torch.isfinite(out.log_probs).all()
@@ -147,16 +150,15 @@ def test_kontext_sde_steps_are_recorded_and_rescorable(kontext):
     for j, step in enumerate(out.noise_steps):
         x = out.noise_latents[:, j]
         v = sampler.velocity(pipe.transformer, x, out.schedule.timesteps[step], cond, 2.5)
-        _, lp, _, _ = sde_step(
-            x,
+        again = scheduler.step(
             v,
             out.schedule.sigmas[step],
             out.schedule.sigmas[step + 1],
-            0.9,
-            out.schedule.sigma_max,
+            x,
+            sigma_max=out.schedule.sigma_max,
             prev_sample=out.noise_next_latents[:, j],
         )
-        torch.testing.assert_close(lp, out.log_probs[:, j], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(again.log_prob, out.log_probs[:, j], rtol=1e-5, atol=1e-5)
     # the reference image conditions the edit: same seed, other references -> other images
     other = sampler(
         prompts,
@@ -166,6 +168,7 @@ def test_kontext_sde_steps_are_recorded_and_rescorable(kontext):
         noise_level=0.9,
         noise_steps=[0, 2],
         generator=torch.Generator().manual_seed(0),
+        scheduler=scheduler,
     )
     assert not torch.allclose(other.images, out.images)
     assert len(sampler._image_cache) == 4 and len(sampler.flux._cache) == 2
@@ -186,10 +189,16 @@ def test_edit_sampler_input_validation(kontext):
 
 
 # ---------------------------------------------------------------- Qwen-Image-Edit
-def test_qwen_image_edit_noise_level_zero_equals_diffusers_with_true_cfg(tmp_path):
-    path = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = build_tiny_qwen_image_edit(tmp_path_factory.mktemp("qwen") / "q", seed=0)
     pipe = QwenImageEditPipeline.from_pretrained(path)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_qwen_image_edit_noise_level_zero_equals_diffusers_with_true_cfg(qwen):
+    pipe = qwen
     assert type(pipe.processor).__name__ == "Qwen2VLProcessor" and pipe.vae_scale_factor == 32
     reference = _image(64, 64)
     # diffusers always resizes the reference to 1024^2 px area; the output size is free
@@ -220,7 +229,14 @@ def test_qwen_image_edit_noise_level_zero_equals_diffusers_with_true_cfg(tmp_pat
     )
     assert ours.images.shape == expected.shape == (2, 3, 128, 128)
     assert torch.equal(ours.images, expected)
-    # SDE transitions re-score to the recorded log-probs (CFG included)
+
+
+@pytest.mark.parametrize("sde_type", ["sde", "cps"])
+def test_qwen_image_edit_noise_steps_rescore_to_the_recorded_log_probs(qwen, sde_type):
+    """SDE / CPS transitions re-score to the recorded log-probs (CFG included)."""
+    pipe = qwen
+    sampler = QwenImageEditGRPOSampler(pipe, negative_prompt=" ")
+    scheduler = FlowGRPOScheduler(1.0, sde_type=sde_type)
     out = sampler(
         ["make it red", "make it blue"],
         [_image(64, 64, 1), _image(64, 64, 2)],
@@ -230,18 +246,19 @@ def test_qwen_image_edit_noise_level_zero_equals_diffusers_with_true_cfg(tmp_pat
         noise_level=1.0,
         noise_steps=[1],
         generator=torch.Generator().manual_seed(0),
+        scheduler=scheduler,
     )
+    assert torch.isfinite(out.log_probs).all()
     refs = [resize_to_area(_image(64, 64, s), 64 * 64, 64) for s in (1, 2)]
     cond = sampler.condition(["make it red", "make it blue"], refs, 64, 64)
     x = out.noise_latents[:, 0]
     v = sampler.velocity(pipe.transformer, x, out.schedule.timesteps[1], cond, 4.0)
-    _, lp, _, _ = sde_step(
-        x,
+    again = scheduler.step(
         v,
         out.schedule.sigmas[1],
         out.schedule.sigmas[2],
-        1.0,
-        out.schedule.sigma_max,
+        x,
+        sigma_max=out.schedule.sigma_max,
         prev_sample=out.noise_next_latents[:, 0],
     )
-    torch.testing.assert_close(lp, out.log_probs[:, 0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again.log_prob, out.log_probs[:, 0], rtol=1e-5, atol=1e-5)

@@ -1,4 +1,5 @@
-"""Sampling on the tiny FLUX: a = 0 equals diffusers' FluxPipeline; SDE steps are recorded."""
+"""Sampling on the tiny FLUX: a = 0 equals diffusers' FluxPipeline; SDE / CPS steps are
+recorded and re-score to their recorded log-probabilities."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from diffusers import FluxPipeline
 
 from paco_grpo.pipeline import FlowGRPOSampler
-from paco_grpo.sde import sde_step
+from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.timesteps import flux_schedule
 
@@ -81,45 +82,40 @@ def test_schedule_equals_flux_pipeline_at_two_resolutions(pipe):
         assert torch.equal(ours.sigmas, pipe.scheduler.sigmas)
 
 
-def test_sde_steps_are_recorded_and_rescorable(pipe):
+@pytest.mark.parametrize(
+    ("sde_type", "cps_log_prob"), [("sde", "gaussian"), ("cps", "gaussian"), ("cps", "released")]
+)
+def test_sde_steps_are_recorded_and_rescorable(pipe, sde_type, cps_log_prob):
     sampler = FlowGRPOSampler(pipe, max_sequence_length=32)
-    out = sampler(
-        PROMPTS,
-        height=64,
-        width=64,
-        num_steps=4,
-        noise_level=0.7,
-        noise_steps=[0, 2],
-        generator=torch.Generator().manual_seed(0),
-    )
+    scheduler = FlowGRPOScheduler(0.7, sde_type=sde_type, cps_log_prob=cps_log_prob)
+    kwargs = {"height": 64, "width": 64, "num_steps": 4, "noise_level": 0.7,
+              "noise_steps": [0, 2], "scheduler": scheduler}  # fmt: skip
+    out = sampler(PROMPTS, generator=torch.Generator().manual_seed(0), **kwargs)
     assert out.noise_latents.shape == out.noise_next_latents.shape == (2, 2, 16, 16)
     assert out.log_probs.shape == (2, 2) and torch.isfinite(out.log_probs).all()
     # re-evaluating the recorded transition with the same model gives the same log-prob
+    # (the trainer's first ratio is 1)
     cond = sampler.encode_prompts(PROMPTS)
     img_ids = sampler.latent_ids(64, 64, "cpu", cond.prompt_embeds.dtype)
     for j, step in enumerate(out.noise_steps):
         x = out.noise_latents[:, j]
         v = sampler.velocity(pipe.transformer, x, out.schedule.timesteps[step], cond, img_ids, 3.5)
-        _, lp, _, _ = sde_step(
-            x,
+        again = scheduler.step(
             v,
             out.schedule.sigmas[step],
             out.schedule.sigmas[step + 1],
-            0.7,
-            out.schedule.sigma_max,
+            x,
+            sigma_max=out.schedule.sigma_max,
             prev_sample=out.noise_next_latents[:, j],
         )
-        torch.testing.assert_close(lp, out.log_probs[:, j], rtol=1e-5, atol=1e-5)
-    # different seeds -> different images (the SDE noise matters)
-    other = sampler(
-        PROMPTS,
-        height=64,
-        width=64,
-        num_steps=4,
-        noise_level=0.7,
-        noise_steps=[0, 2],
-        generator=torch.Generator().manual_seed(1),
-    )
+        torch.testing.assert_close(again.log_prob, out.log_probs[:, j], rtol=1e-5, atol=1e-5)
+    if sde_type == "sde":  # the default scheduler is this one
+        default = sampler(PROMPTS, generator=torch.Generator().manual_seed(0),
+                          **{**kwargs, "scheduler": None})  # fmt: skip
+        assert torch.equal(default.log_probs, out.log_probs)
+        assert torch.equal(default.images, out.images)
+    # different seeds -> different images (the noise matters)
+    other = sampler(PROMPTS, generator=torch.Generator().manual_seed(1), **kwargs)
     assert not np.allclose(other.images.numpy(), out.images.numpy())
 
 

@@ -1,4 +1,5 @@
-"""sde_step against its closed form; a = 0 is diffusers' Euler step; FLUX's shifted schedule."""
+"""sde_step against its closed form; a = 0 is diffusers' Euler step; FLUX's shifted schedule;
+cps_step's edge cases and the scheduler's dispatch (its formula: tests/reference/test_ref_cps.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from scipy.stats import norm
 
-from paco_grpo.sde import sde_step
+from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
+from paco_grpo.sde import cps_step, sde_step
 from paco_grpo.timesteps import flux_schedule, image_seq_len
 
 
@@ -82,6 +84,56 @@ def test_noise_level_zero_is_diffusers_euler_step():
 def test_negative_noise_level_raises():
     with pytest.raises(ValueError, match="noise_level must be >= 0"):
         sde_step(torch.zeros(1, 2), torch.zeros(1, 2), 0.5, 0.4, -0.1, 0.9)
+
+
+def test_cps_noise_level_zero_is_the_euler_step_and_the_scheduler_takes_euler_exactly():
+    gen = torch.Generator().manual_seed(2)
+    x, v = torch.randn(2, 16, 8, generator=gen), torch.randn(2, 16, 8, generator=gen)
+    euler = sde_step(x, v, 0.7, 0.55, 0.0, 0.9)
+    x_next, log_prob, _, std = cps_step(x, v, 0.7, 0.55, 0.0)
+    torch.testing.assert_close(x_next, euler[0], rtol=1e-6, atol=1e-6)  # algebraically equal
+    assert torch.isnan(log_prob).all() and float(std.max()) == 0.0
+    # the scheduler's ODE steps are the same float operations with either step type
+    for level in (None, 0.0):
+        scheduler = FlowGRPOScheduler(0.0 if level is None else 0.8, sde_type="cps")
+        out = scheduler.step(v, 0.7, 0.55, x, sigma_max=0.9, noise_level=level)
+        assert torch.equal(out.prev_sample, euler[0])
+
+
+def test_cps_last_step_is_deterministic():
+    """sigma_next = 0: std = 0, the step lands on the predicted clean latents; the Gaussian
+    log-probability is NaN (the config refuses CPS noise there), the released surrogate 0."""
+    x, v = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    x_next, log_prob, mean, std = cps_step(x, v, 0.2, 0.0, 0.8)
+    torch.testing.assert_close(x_next, x - 0.2 * v)
+    assert torch.equal(x_next, mean) and float(std.max()) == 0.0 and torch.isnan(log_prob).all()
+    released = cps_step(x, v, 0.2, 0.0, 0.8, log_prob="released")[1]
+    assert torch.equal(released, torch.zeros(2))
+    # per-sample sigmas: only the sample that ends at 0 is degenerate
+    _, lp, _, _ = cps_step(x, v, torch.tensor([0.5, 0.2]), torch.tensor([0.3, 0.0]), 0.8)
+    assert torch.isfinite(lp[0]) and torch.isnan(lp[1])
+
+
+def test_scheduler_default_is_the_sde_step():
+    gen = torch.Generator().manual_seed(3)
+    x, v, eps = (torch.randn(2, 8, 4, generator=gen) for _ in range(3))
+    out = FlowGRPOScheduler(0.7).step(v, 0.8, 0.6, x, sigma_max=0.9, prev_sample=eps)
+    expected = sde_step(x, v, 0.8, 0.6, 0.7, 0.9, prev_sample=eps)
+    assert torch.equal(out.log_prob, expected[1]) and torch.equal(out.std, expected[3])
+
+
+def test_cps_validation():
+    z = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match=r"CPS noise_level must be in \[0, 1\].*got 1.5"):
+        cps_step(z, z, 0.5, 0.4, 1.5)
+    with pytest.raises(ValueError, match=r"log_prob must be one of \('gaussian', 'released'\)"):
+        cps_step(z, z, 0.5, 0.4, 0.8, log_prob="mse")
+    with pytest.raises(ValueError, match=r"sde_type must be one of \('sde', 'cps'\); got 'ode'"):
+        FlowGRPOScheduler(0.7, sde_type="ode")
+    with pytest.raises(ValueError, match="cps_log_prob must be one of"):
+        FlowGRPOScheduler(0.7, sde_type="cps", cps_log_prob="mse")
+    with pytest.raises(ValueError, match=r"noise_level must be in \[0, 1\] for CPS; got 1.2"):
+        FlowGRPOScheduler(1.2, sde_type="cps")
 
 
 @pytest.mark.parametrize("height,width", [(512, 512), (1024, 1024), (512, 1024)])

@@ -328,3 +328,20 @@ def test_beta_zero_skips_the_reference_and_log_kl_logs_it_with_the_same_losses(f
     assert "train/kl" not in plain and logged["train/kl"] >= 0.0
     for key in ("train/loss", "train/policy_loss", "train/ratio", "train/lr_per_step"):
         assert plain[key] == logged[key], key
+
+
+@pytest.mark.parametrize("cps_log_prob", ["gaussian", "released"])
+def test_one_epoch_with_cps_sampling_updates_the_lora(flux_dir, tmp_path, cps_log_prob):
+    """train.sde_type: cps samples and re-scores with the CPS step: on policy at the first
+    update, a finite loss, and every LoRA tensor moves."""
+    cfg = _config(flux_dir, tmp_path, **{"num_train_epochs": 1, "test.every": 0,
+                  "num_sample_images": 0, "save_every": 0, "num_iterations": 1,
+                  "train.sde_type": "cps", "train.cps_log_prob": cps_log_prob})  # fmt: skip
+    trainer = GRPOTrainer(cfg)
+    assert trainer.rollout.scheduler.sde_type == "cps"
+    before = [p.detach().clone() for p in trainer.params]
+    row = trainer.run_epoch(0)
+    assert row["train/ratio_first_update_max_dev"] < 1e-5
+    assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/policy_loss"])
+    changed = [not torch.equal(a, b) for a, b in zip(before, trainer.params)]
+    assert all(changed), f"{changed.count(False)} of {len(changed)} LoRA tensors never moved"
