@@ -7,7 +7,7 @@ import pytest
 import torch
 from diffusers import FluxPipeline
 
-from paco_grpo.pipeline import FlowGRPOSampler
+from paco_grpo.pipelines import FlowGRPOSampler
 from paco_grpo.sde import sde_step
 from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.timesteps import flux_schedule
