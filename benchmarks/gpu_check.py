@@ -433,10 +433,10 @@ def measure_vllm(args: GpuCheckArguments, folder: Path, memory: _Memory, device:
 # ---------------------------------------------------------------------- 2. training
 def _random_text_sampler(pipe, config: dict[str, Any], max_sequence_length: int,
                          dtype: torch.dtype):  # fmt: skip
-    """The trainer's :class:`~paco_grpo.pipeline.FlowGRPOSampler` with random ``dtype`` text
+    """The trainer's :class:`~paco_grpo.pipelines.FlowGRPOSampler` with random ``dtype`` text
     conditioning of the real shape in place of the (frozen) T5 and CLIP encoders, one fixed
     draw per prompt text."""
-    from paco_grpo.pipeline import FlowGRPOSampler, PromptEmbeddings
+    from paco_grpo.pipelines import FlowGRPOSampler, PromptEmbeddings
 
     class RandomTextSampler(FlowGRPOSampler):
         def __init__(self) -> None:
@@ -504,7 +504,7 @@ def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str,
 
     from paco_grpo.architectures import pipeline_configs
     from paco_grpo.data import PromptItem
-    from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
+    from paco_grpo.grpo_config import GRPOConfig
     from paco_grpo.grpo_loss import grpo_loss
     from paco_grpo.policy import add_lora
     from paco_grpo.rollout import Rollout
@@ -528,7 +528,7 @@ def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str,
     else:
         overrides["dtype"] = dtype_name
     cfg = GRPOConfig.from_yaml(args.recipe, overrides)
-    if cfg.pipeline in EDIT_PIPELINES:
+    if cfg.pipeline != "flux":
         raise ValueError(f"{args.recipe}: gpu_check trains text-to-image FLUX, not {cfg.pipeline}.")
     dtype = getattr(torch, cfg.dtype)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=on_cpu)

@@ -133,7 +133,9 @@ def calibrate(lora_r: int = 8) -> list[dict]:
 
 def run(args: CalibrationArguments) -> int:
     rows = calibrate(args.lora_r)
-    print("| width | micro-batch | resolution | tokens | checkpointing | measured MiB | estimate MiB | error |")
+    print(
+        "| width | micro-batch | resolution | tokens | checkpointing | measured MiB | estimate MiB | error |"
+    )
     print("|---:|---:|---:|---:|---|---:|---:|---:|")
     for r in rows:
         print(
@@ -149,7 +151,9 @@ def run(args: CalibrationArguments) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     command = Command("plan-calibration", CalibrationArguments, run, CalibrationArguments.__doc__)
-    return run_cli("python -m benchmarks.plan_calibration", __doc__.splitlines()[0], [command], argv)
+    return run_cli(
+        "python -m benchmarks.plan_calibration", __doc__.splitlines()[0], [command], argv
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Kontext starts from FLUX.1's weights), writes the components as a ``FluxKontextP
 and trains the transformer by rectified flow matching on (source, instruction, target)
 triples: the target's noised tokens, followed by the source's tokens (position ids whose
 first axis is 1), predict the velocity of the target tokens. The velocity is computed by
-:class:`paco_grpo.edit_pipeline.KontextGRPOSampler`, so training and sampling call the model
+:class:`paco_grpo.pipelines.KontextGRPOSampler`, so training and sampling call the model
 the same way.
 
 The oracle judges an edit (:func:`judge_edits`): ``changed`` (the edited attribute shows the
@@ -193,7 +193,7 @@ def train_edits(
     ``sources`` (pixels in [-1, 1]) and ``prompts``; returns the loss every 25 steps."""
     from tqdm.auto import tqdm
 
-    from paco_grpo.edit_pipeline import EditConditioning
+    from paco_grpo.pipelines import EditConditioning
 
     pipe = sampler.pipe
     transformer = pipe.transformer
@@ -266,7 +266,7 @@ def pretrain_world_editor(
 
 def _train_editor(work: Path, generator: str | Path, config: EditorConfig, progress: bool) -> dict:
     """Train the editor into ``work``; returns its info (see :func:`pretrain_world_editor`)."""
-    from paco_grpo.edit_pipeline import KontextGRPOSampler
+    from paco_grpo.pipelines import KontextGRPOSampler
 
     torch.manual_seed(config.seed)
     world = editor_world(generator)
@@ -303,10 +303,10 @@ def sample_edits(
     transformer=None,
 ) -> list[Image.Image]:
     """One edit per record, sampled with the deterministic (ODE) path of
-    :class:`~paco_grpo.edit_pipeline.KontextGRPOSampler` (what ``FluxKontextPipeline`` draws
+    :class:`~paco_grpo.pipelines.KontextGRPOSampler` (what ``FluxKontextPipeline`` draws
     for the same initial noise); ``area``: resize the sources to it (default their size);
     ``transformer``: a policy in training instead of the pipeline's."""
-    from paco_grpo.edit_pipeline import KontextGRPOSampler
+    from paco_grpo.pipelines import KontextGRPOSampler
 
     sampler = KontextGRPOSampler(pipe, max_sequence_length=max_sequence_length)
     with quiet_clip_truncation():

@@ -20,7 +20,7 @@ step of both trains on the same prompts' grids at ``low_panel_size`` (16-px pane
 RL can train at half the resolution it is judged at (resolution decoupling).
 
 The result is an ordinary ``FluxPipeline`` folder: ``FluxPipeline.from_pretrained`` samples
-from it and :class:`paco_grpo.pipeline.FlowGRPOSampler` (with it, the GRPO trainer) trains it
+from it and :class:`paco_grpo.pipelines.FlowGRPOSampler` (with it, the GRPO trainer) trains it
 as it would FLUX.1-dev. The world's oracle (:mod:`data_pipeline.world_oracle`) judges its
 grids (:func:`oracle_table`).
 
@@ -326,7 +326,7 @@ def pretrain_world_generator(
 def _train_generator(work: Path, config: GeneratorConfig, progress: bool) -> dict:
     """Train the generator into ``work``; returns its info (see
     :func:`pretrain_world_generator`)."""
-    from paco_grpo.pipeline import FlowGRPOSampler
+    from paco_grpo.pipelines import FlowGRPOSampler
 
     torch.manual_seed(config.seed)
     world = generator_world(config)
@@ -382,10 +382,10 @@ def sample_grids(
     transformer=None,
 ) -> list[Image.Image]:
     """One grid per prompt record, sampled with the deterministic (ODE) path of
-    :class:`~paco_grpo.pipeline.FlowGRPOSampler` (what ``FluxPipeline`` draws for the
+    :class:`~paco_grpo.pipelines.FlowGRPOSampler` (what ``FluxPipeline`` draws for the
     same initial noise); ``size`` is the grid's side in pixels (default the records'),
     ``transformer`` one to sample with instead of the pipeline's (a policy in training)."""
-    from paco_grpo.pipeline import FlowGRPOSampler
+    from paco_grpo.pipelines import FlowGRPOSampler
 
     side = size or records[0]["height"]
     sampler = FlowGRPOSampler(pipe, max_sequence_length=max_sequence_length)

@@ -35,6 +35,7 @@ PUBLIC_MODULES = (
     "paco_reward.training",
     "paco_reward.server",
     "paco_grpo",
+    "paco_grpo.pipelines",
     "paco_grpo.rewards",
     "data_pipeline",
     "data_pipeline.annotate",

@@ -1,11 +1,11 @@
-"""PaCo-GRPO: Flow-GRPO fine-tuning of FLUX for consistent image sets.
+"""PaCo-GRPO: Flow-GRPO fine-tuning of FLUX / Qwen-Image for consistent image sets and edits.
 
 Modules: :mod:`paco_grpo.sde` (the SDE and CPS steps) and :mod:`paco_grpo.scheduling_flow_grpo`
 (the same as a diffusers-style scheduler), :mod:`paco_grpo.timesteps` (FLUX's
 resolution-shifted schedule), :mod:`paco_grpo.advantages` (reward aggregation and group
 advantages), :mod:`paco_grpo.rewards` (reward contract and registry),
-:mod:`paco_grpo.pipeline` / :mod:`paco_grpo.edit_pipeline` (sampling with
-log-probabilities), :mod:`paco_grpo.policy` (pipeline + LoRA), :mod:`paco_grpo.rollout`
+:mod:`paco_grpo.pipelines` (the generators, one file per model, registered by name:
+sampling with log-probabilities), :mod:`paco_grpo.policy` (pipeline + LoRA), :mod:`paco_grpo.rollout`
 (an epoch's samples), :mod:`paco_grpo.grpo_loss`, :mod:`paco_grpo.evaluation`,
 :mod:`paco_grpo.checkpointing`, :mod:`paco_grpo.tracking`, :mod:`paco_grpo.grpo_config`
 and :mod:`paco_grpo.grpo_trainer` (the trainer), :mod:`paco_grpo.cli` (``paco-grpo``).

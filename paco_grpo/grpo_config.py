@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES
 from paco_reward.command_line import apply_overrides, coerce_floats
 from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
@@ -35,6 +36,7 @@ __all__ = [
     "EvalSection",
     "TrainSection",
     "FLUX_LORA_TARGETS",
+    "EDIT_PIPELINES",
     "PIPELINES",
     "QWEN_IMAGE_LORA_TARGETS",
 ]
@@ -66,9 +68,11 @@ QWEN_IMAGE_LORA_TARGETS = [
     "txt_mlp.net.0.proj",
     "txt_mlp.net.2",
 ]
-# Policy pipelines: text-to-image FLUX, and the editing policies (reference image per prompt).
-PIPELINES = ("flux", "flux_kontext", "qwen_image_edit")
-EDIT_PIPELINES = ("flux_kontext", "qwen_image_edit")
+# Policy pipelines (paco_grpo.pipelines' registry), and those that edit a reference image per
+# prompt, and those whose guidance is true CFG with a negative prompt.
+PIPELINES = tuple(PIPELINE_SPECS)
+EDIT_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.edits)
+TRUE_CFG_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.true_cfg)
 DTYPES = ("float32", "bfloat16", "float16")
 MIXED_PRECISION = ("no", "fp16", "bf16")
 PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
@@ -128,7 +132,7 @@ class TrainSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": "FLUX/Kontext embedded guidance when sampling and training; for qwen_image_edit the true-CFG scale (> 1 enables CFG with negative_prompt)."
+            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (> 1 enables CFG with negative_prompt)."
         },
     )
 
@@ -187,7 +191,7 @@ class EvalSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": "FLUX/Kontext embedded guidance at evaluation (qwen_image_edit: true-CFG scale)."
+            "help": f"FLUX/Kontext embedded guidance at evaluation ({', '.join(TRUE_CFG_PIPELINES)}: true-CFG scale)."
         },
     )
     every: int = field(
@@ -273,13 +277,18 @@ class GRPOConfig:
     pipeline: str = field(
         default="flux",
         metadata={
-            "help": f"Policy pipeline, one of {PIPELINES}: flux (FluxPipeline, text-to-image sets), flux_kontext (FluxKontextPipeline) or qwen_image_edit (QwenImageEditPipeline). Editing pipelines read (prompt, image) parquet; each reference is resized preserving its aspect ratio to the train/test resolution's area, the edit has the reference's size, and GRPO groups are keyed by (prompt id, image hash)."
+            "help": "Policy pipeline, one of the registered generators (paco_grpo.pipelines): "
+            + ", ".join(
+                f"{name} ({spec.diffusers_class}{', editing' if spec.edits else ''})"
+                for name, spec in PIPELINE_SPECS.items()
+            )
+            + ". Editing pipelines read (prompt, image) parquet; each reference is resized preserving its aspect ratio to the train/test resolution's area, the edit has the reference's size, and GRPO groups are keyed by (prompt id, image hash)."
         },
     )
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": "qwen_image_edit only: the negative prompt of true CFG (used when guidance_scale > 1)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1)."
         },
     )
     item_resolution_overrides: bool = field(
@@ -468,7 +477,7 @@ class GRPOConfig:
             self.test = _from_dict(EvalSection, self.test, "test.")
         _check_weights("rewards", self.rewards)
         choices = {
-            "pipeline": (self.pipeline, PIPELINES),
+            "pipeline": (self.pipeline, tuple(PIPELINE_SPECS)),  # registered so far
             "prompt_format": (self.prompt_format, PROMPT_FORMATS),
             "dtype": (self.dtype, DTYPES),
             "mixed_precision": (self.mixed_precision, MIXED_PRECISION),
@@ -530,7 +539,7 @@ class GRPOConfig:
             raise ValueError(
                 "lora_target_modules is empty; list the transformer projections to adapt."
             )
-        if self.pipeline in EDIT_PIPELINES:
+        if PIPELINE_SPECS[self.pipeline].edits:
             for name, path in (
                 ("prompt_file", self.prompt_file),
                 ("test.prompt_file", self.test.prompt_file),

@@ -46,8 +46,9 @@ from paco_grpo.checkpointing import CheckpointManager, reshard
 from paco_grpo.data import PromptItem, load_prompts
 from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
-from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
+from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
+from paco_grpo.pipelines import get_pipeline_spec
 from paco_grpo.planning import plan_grpo
 from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
 from paco_grpo.rewards import Reward, build_rewards
@@ -65,7 +66,8 @@ TRAIN_STATS = ("loss", "policy_loss", "ratio", "clip_fraction", "approx_kl")
 
 
 class GRPOTrainer:
-    """Flow-GRPO trainer for a FLUX (or FLUX-Kontext / Qwen-Image-Edit) pipeline with LoRA.
+    """Flow-GRPO trainer of a LoRA on a registered generator (:mod:`paco_grpo.pipelines`:
+    FLUX, FLUX-Kontext, Qwen-Image, Qwen-Image-Edit).
 
     Args:
         config: the :class:`GRPOConfig`.
@@ -139,7 +141,7 @@ class GRPOTrainer:
         set_seed(cfg.seed)
         self.rank = self.accelerator.process_index
         self.world = self.accelerator.num_processes
-        self.editing = cfg.pipeline in EDIT_PIPELINES
+        self.editing = get_pipeline_spec(cfg.pipeline).edits
         self.sharded = self.accelerator.distributed_type == DistributedType.FSDP
         check_sharding(self.sharded, self.editing, self.world)
 

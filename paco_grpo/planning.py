@@ -18,7 +18,8 @@ import torch
 
 from paco_grpo.architectures import pipeline_configs
 from paco_grpo.epoch_shape import EpochShape
-from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
+from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.pipelines import get_pipeline_spec
 from paco_reward.architectures import build_empty, count_parameters, model_config
 from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
 
@@ -181,8 +182,9 @@ def plan_grpo(
         for name, n, note in trained
     ]
 
-    editing = config.pipeline in EDIT_PIPELINES
-    calls = 2 if config.pipeline == "qwen_image_edit" and config.train.guidance_scale > 1 else 1
+    spec = get_pipeline_spec(config.pipeline)
+    editing = spec.edits
+    calls = 2 if spec.true_cfg and config.train.guidance_scale > 1 else 1
     tokens = _tokens(config.train.resolution)
     forward = _forward(
         model, transformer, config.per_device_train_batch_size, tokens,

@@ -1,13 +1,13 @@
 """The policy of a GRPO run: the diffusers pipeline named by ``config.pipeline``, its
-transformer frozen with a trainable LoRA adapter, and the sampler that draws from it."""
+transformer frozen with a trainable LoRA adapter, and the sampler that draws from it. The
+pipeline's :class:`~paco_grpo.pipelines.registry.PipelineSpec` says which classes those are."""
 
 from __future__ import annotations
 
 import torch
 
-from paco_grpo.edit_pipeline import EDIT_SAMPLERS, prepare_edit_items
-from paco_grpo.grpo_config import EDIT_PIPELINES, GRPOConfig
-from paco_grpo.pipeline import FlowGRPOSampler
+from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
 
 __all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
 
@@ -15,8 +15,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def load_pipeline(config: GRPOConfig, device):
-    """``FluxPipeline`` / ``FluxKontextPipeline`` / ``QwenImageEditPipeline`` from
-    ``config.model_name_or_path`` in ``config.dtype``, on ``device``.
+    """The diffusers pipeline of ``config.pipeline`` (its spec's ``diffusers_class``:
+    ``FluxPipeline``, ``QwenImagePipeline``, ...) from ``config.model_name_or_path`` in
+    ``config.dtype``, on ``device``.
 
     ``config.model_init_kwargs`` go to the pipeline's ``from_pretrained`` (``revision``,
     ``variant``, ``cache_dir``, ``token``, ``local_files_only``, ``device_map``, ...; see
@@ -30,9 +31,7 @@ def load_pipeline(config: GRPOConfig, device):
     """
     import diffusers
 
-    name = (
-        EDIT_SAMPLERS[config.pipeline][1] if config.pipeline in EDIT_PIPELINES else "FluxPipeline"
-    )
+    name = get_pipeline_spec(config.pipeline).diffusers_class
     pipe = getattr(diffusers, name).from_pretrained(
         config.model_name_or_path,
         dtype=_DTYPES[config.dtype],
@@ -45,14 +44,13 @@ def load_pipeline(config: GRPOConfig, device):
 
 
 def check_pipeline(config: GRPOConfig, pipe) -> None:
-    """Fail early when an editing recipe is given a pipeline of another type."""
-    if config.pipeline in EDIT_PIPELINES:
-        expected = EDIT_SAMPLERS[config.pipeline][1]
-        if expected not in {c.__name__ for c in type(pipe).__mro__}:
-            raise ValueError(
-                f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
-                f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
-            )
+    """Fail early when a recipe is given a pipeline of another type than its ``pipeline``."""
+    expected = get_pipeline_spec(config.pipeline).diffusers_class
+    if expected not in {c.__name__ for c in type(pipe).__mro__}:
+        raise ValueError(
+            f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
+            f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
+        )
 
 
 def add_lora(config: GRPOConfig, pipe):
@@ -96,14 +94,8 @@ def add_lora(config: GRPOConfig, pipe):
 
 
 def build_sampler(config: GRPOConfig, pipe):
-    """The Flow-GRPO sampler of the pipeline type."""
-    if config.pipeline not in EDIT_PIPELINES:
-        return FlowGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)
-    sampler_cls = EDIT_SAMPLERS[config.pipeline][0]
-    kwargs = (
-        {"negative_prompt": config.negative_prompt} if config.pipeline == "qwen_image_edit" else {}
-    )
-    return sampler_cls(pipe, max_sequence_length=config.max_sequence_length, **kwargs)
+    """The Flow-GRPO sampler of the pipeline type, with its arguments from ``config``."""
+    return get_pipeline_spec(config.pipeline).build_sampler(pipe, config)
 
 
 def edit_items(config: GRPOConfig, items, resolution: int, size_multiple: int):

@@ -65,7 +65,7 @@ class Rollout:
 
     Args:
         config: the run's :class:`GRPOConfig`.
-        sampler: a :class:`~paco_grpo.pipeline.FlowGRPOSampler` or an editing sampler.
+        sampler: the policy's :class:`~paco_grpo.pipelines.sampling.GRPOSampler`.
         items: the training prompt items.
         accelerator: the run's ``Accelerator`` (device, autocast, rank).
         editing: whether the policy edits a reference image per item.
@@ -269,17 +269,12 @@ class Rollout:
     # ------------------------------------------------------------------ re-scoring
     def velocity(self, model, x, timesteps, items: list[PromptItem], size: tuple[int, int]):
         """The policy's velocity for recorded latents ``x`` of ``items`` (conditioning cached)."""
-        guidance = self.config.train.guidance_scale
+        references = [it.metadata["source_image"] for it in items] if self.editing else None
         prompts = [it.prompt for it in items]
-        if self.editing:
-            references = [it.metadata["source_image"] for it in items]
-            cond = self.sampler.condition(prompts, references, size[0], size[1])
-            return self.sampler.velocity(model, x, timesteps, cond, guidance)
-        cond = self.sampler.encode_prompts(prompts)
-        img_ids = self.sampler.latent_ids(
-            size[0], size[1], self.accelerator.device, cond.prompt_embeds.dtype
+        guidance = self.config.train.guidance_scale
+        return self.sampler.transition_velocity(
+            model, x, timesteps, prompts, size[0], size[1], guidance, references
         )
-        return self.sampler.velocity(model, x, timesteps, cond, img_ids, guidance)
 
     def transition(self, model, batch: dict, j: int):
         """The scheduler step of recorded transition ``j`` under ``model`` (its

@@ -10,7 +10,7 @@ from diffusers import FluxKontextPipeline, QwenImageEditPipeline
 from PIL import Image
 
 from paco_grpo.data import PromptItem
-from paco_grpo.edit_pipeline import (
+from paco_grpo.pipelines import (
     KontextGRPOSampler,
     QwenImageEditGRPOSampler,
     area_preserving_size,

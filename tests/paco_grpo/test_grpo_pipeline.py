@@ -8,7 +8,7 @@ import pytest
 import torch
 from diffusers import FluxPipeline
 
-from paco_grpo.pipeline import FlowGRPOSampler
+from paco_grpo.pipelines import FlowGRPOSampler
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.timesteps import flux_schedule

@@ -1,4 +1,4 @@
-"""Flow-GRPO sampling on top of diffusers' ``FluxPipeline`` components.
+"""FLUX.1-dev text-to-image: Flow-GRPO sampling on diffusers' ``FluxPipeline`` components.
 
 :class:`FlowGRPOSampler` reads like ``FluxPipeline.__call__`` (check inputs -> encode
 prompt -> prepare latents -> timesteps -> denoising loop -> decode) and reuses the
@@ -20,23 +20,24 @@ step and the step's log-probability, which is what the GRPO update re-evaluates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from paco_grpo.pipelines.registry import PipelineSpec, register_pipeline
+from paco_grpo.pipelines.sampling import (
+    GRPOSampler,
+    SampleOutput,
+    check_sampling_inputs,
+    sde_denoise,
+)
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "FlowGRPOSampler",
-    "PromptEmbeddings",
-    "SampleOutput",
-    "check_sampling_inputs",
-    "sde_denoise",
-]
+__all__ = ["FlowGRPOSampler", "PromptEmbeddings"]
 
 
 @dataclass
@@ -53,30 +54,7 @@ class PromptEmbeddings:
         )
 
 
-@dataclass
-class SampleOutput:
-    """One sampled batch.
-
-    Attributes:
-        images: ``(B, 3, H, W)`` float in [0, 1] (``None`` with ``output_type="latent"``).
-        latents: final packed latents ``(B, seq, C)``.
-        noise_latents: ``(B, S, seq, C)`` latents entering each of the ``S`` noise steps.
-        noise_next_latents: ``(B, S, seq, C)`` latents the SDE produced at those steps.
-        log_probs: ``(B, S)`` behaviour-policy log-probabilities of those transitions.
-        noise_steps: the step indices ``S`` refers to.
-        schedule: the timesteps/sigmas used.
-    """
-
-    images: torch.Tensor | None
-    latents: torch.Tensor
-    noise_latents: torch.Tensor
-    noise_next_latents: torch.Tensor
-    log_probs: torch.Tensor
-    noise_steps: list[int]
-    schedule: FluxSchedule
-
-
-class FlowGRPOSampler:
+class FlowGRPOSampler(GRPOSampler):
     """Sampling with recorded SDE transitions, on a ``FluxPipeline``'s components.
 
     Args:
@@ -88,13 +66,8 @@ class FlowGRPOSampler:
     """
 
     def __init__(self, pipe, max_sequence_length: int = 512) -> None:
-        self.pipe = pipe
-        self.max_sequence_length = max_sequence_length
+        super().__init__(pipe, max_sequence_length)
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    @property
-    def vae_scale_factor(self) -> int:
-        return self.pipe.vae_scale_factor
 
     # ------------------------------------------------------------------ building blocks
     @torch.no_grad()
@@ -165,6 +138,22 @@ class FlowGRPOSampler:
             joint_attention_kwargs={},
             return_dict=False,
         )[0]
+
+    def transition_velocity(
+        self,
+        transformer,
+        latents,
+        timestep,
+        prompts,
+        height,
+        width,
+        guidance_scale,
+        references=None,
+    ) -> torch.Tensor:
+        """The velocity at recorded ``latents`` (see :meth:`GRPOSampler.transition_velocity`)."""
+        cond = self.encode_prompts(prompts)
+        img_ids = self.latent_ids(height, width, latents.device, cond.prompt_embeds.dtype)
+        return self.velocity(transformer, latents, timestep, cond, img_ids, guidance_scale)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -255,95 +244,4 @@ class FlowGRPOSampler:
         return out
 
 
-def check_sampling_inputs(
-    height: int,
-    width: int,
-    multiple: int,
-    num_steps: int,
-    noise_steps: Sequence[int],
-    output_type: str,
-) -> list[int]:
-    """Validate a sampler call's size, noise steps and output type; returns the sorted
-    distinct ``noise_steps``.
-
-    Example:
-        >>> check_sampling_inputs(64, 96, 16, 4, [2, 1, 2], "pt")
-        [1, 2]
-    """
-    if height % multiple or width % multiple:
-        raise ValueError(f"height and width must be multiples of {multiple}; got {height}x{width}.")
-    steps = sorted(set(int(s) for s in noise_steps))
-    if any(s < 0 or s >= num_steps for s in steps):
-        raise ValueError(f"noise_steps {steps} must lie in [0, {num_steps - 1}].")
-    if output_type not in ("pt", "latent"):
-        raise ValueError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
-    return steps
-
-
-def sde_denoise(
-    velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    latents: torch.Tensor,
-    schedule: FluxSchedule,
-    noise_level: float,
-    noise_steps: Sequence[int],
-    generator: torch.Generator | None = None,
-    scheduler: FlowGRPOScheduler | None = None,
-) -> SampleOutput:
-    """The denoising loop every sampler shares: Euler ODE steps, and the Flow-GRPO SDE step
-    (:class:`paco_grpo.scheduling_flow_grpo.FlowGRPOScheduler`) at ``noise_steps``, whose
-    transitions and log-probs are recorded.
-
-    Args:
-        velocity: ``velocity(latents, timestep) -> v``, the (guided) model prediction for the
-            packed ``latents`` at ``timestep`` in [0, 1000].
-        latents: packed initial latents ``(B, seq, C)``.
-        schedule: timesteps and sigmas.
-        noise_level: ``a`` of the SDE steps.
-        noise_steps: sorted step indices that take the SDE step.
-        generator: draws the SDE noise.
-        scheduler: the stochastic step; default ``FlowGRPOScheduler(noise_level)`` (the SDE).
-            ``noise_level`` is its ``a`` at the noise steps either way.
-
-    Returns:
-        A :class:`SampleOutput` with ``images=None`` (the caller decodes).
-
-    Example:
-        >>> from diffusers import FlowMatchEulerDiscreteScheduler
-        >>> from paco_grpo.timesteps import flux_schedule
-        >>> schedule = flux_schedule(FlowMatchEulerDiscreteScheduler(), 4, 16)
-        >>> out = sde_denoise(lambda x, t: -x, torch.ones(2, 16, 4), schedule, 0.7, [1])
-        >>> out.log_probs.shape, out.noise_latents.shape
-        (torch.Size([2, 1]), torch.Size([2, 1, 16, 4]))
-    """
-    scheduler = scheduler if scheduler is not None else FlowGRPOScheduler(noise_level)
-    before, after, log_probs = [], [], []
-    for i, t in enumerate(schedule.timesteps):
-        v = velocity(latents, t)
-        step = scheduler.step(
-            v,
-            schedule.sigmas[i],
-            schedule.sigmas[i + 1],
-            latents,
-            sigma_max=schedule.sigma_max,
-            noise_level=noise_level if i in noise_steps else 0.0,
-            generator=generator,
-        )
-        if i in noise_steps:
-            before.append(latents)
-            after.append(step.prev_sample)
-            log_probs.append(step.log_prob)
-        latents = step.prev_sample.to(latents.dtype)
-    batch = latents.shape[0]
-
-    def stack(items, shape):
-        return torch.stack(items, dim=1) if items else latents.new_zeros(shape)
-
-    return SampleOutput(
-        images=None,
-        latents=latents,
-        noise_latents=stack(before, (batch, 0, *latents.shape[1:])),
-        noise_next_latents=stack(after, (batch, 0, *latents.shape[1:])),
-        log_probs=stack(log_probs, (batch, 0)),
-        noise_steps=list(noise_steps),
-        schedule=schedule,
-    )
+register_pipeline(PipelineSpec("flux", FlowGRPOSampler, "FluxPipeline"))

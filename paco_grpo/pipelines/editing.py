@@ -1,31 +1,24 @@
-"""Flow-GRPO sampling for image editing: FLUX.1-Kontext and Qwen-Image-Edit policies.
+"""What the editing policies share: reference images resized to an area, editing prompt
+items, and :class:`EditGRPOSampler`, the sampling structure of FLUX.1-Kontext
+(:mod:`paco_grpo.pipelines.flux_kontext`) and Qwen-Image-Edit
+(:mod:`paco_grpo.pipelines.qwen_image_edit`).
 
 An editing policy denoises the target latents while attending to the reference image's
 packed VAE latents, which are appended to the image tokens at every step (and cut off
-the prediction again). :class:`KontextGRPOSampler` runs on a ``FluxKontextPipeline``'s
-components and :class:`QwenImageEditGRPOSampler` on a ``QwenImageEditPipeline``'s; both
-read like those pipelines (check inputs -> preprocess reference -> encode prompt ->
-prepare latents -> timesteps -> denoising loop -> decode), reuse the pipelines' own
-``encode_prompt``, VAE encoding, latent packing, decoding and scheduler config, and share
-the denoising loop of the text-to-image sampler (:func:`paco_grpo.pipeline.sde_denoise`),
-so with ``noise_level = 0`` they return what diffusers returns for the same seed.
+the prediction again). The samplers read like their diffusers pipelines (check inputs ->
+preprocess reference -> encode prompt -> prepare latents -> timesteps -> denoising loop ->
+decode), reuse the pipelines' own ``encode_prompt``, VAE encoding, latent packing,
+decoding and scheduler config, and share the denoising loop of the text-to-image samplers
+(:func:`paco_grpo.pipelines.sampling.sde_denoise`), so with ``noise_level = 0`` they return
+what diffusers returns for the same seed.
 
 Reference images are resized preserving their aspect ratio to a target *area*
 (:func:`area_preserving_size`; the trainer uses ``resolution**2``) and the edited image
 has the reference's size.
-
-    >>> from diffusers import FluxKontextPipeline
-    >>> pipe = FluxKontextPipeline.from_pretrained("black-forest-labs/FLUX.1-Kontext-dev")  # doctest: +SKIP
-    >>> sampler = KontextGRPOSampler(pipe)                                                # doctest: +SKIP
-    >>> out = sampler(["make the sky pink"] * 4, [photo] * 4, area=384 * 384, num_steps=8,
-    ...               guidance_scale=2.5, noise_level=0.9, noise_steps=[1])              # doctest: +SKIP
-    >>> out.log_probs.shape                                                               # doctest: +SKIP
-    torch.Size([4, 1])
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -36,9 +29,8 @@ import torch
 from PIL import Image
 
 from paco_grpo.data import PromptItem
-from paco_grpo.pipeline import (
-    FlowGRPOSampler,
-    PromptEmbeddings,
+from paco_grpo.pipelines.sampling import (
+    GRPOSampler,
     SampleOutput,
     check_sampling_inputs,
     sde_denoise,
@@ -50,10 +42,8 @@ from paco_reward.images import ImageInput, image_hash, load_image
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "EDIT_SAMPLERS",
+    "EditConditioning",
     "EditGRPOSampler",
-    "KontextGRPOSampler",
-    "QwenImageEditGRPOSampler",
     "area_preserving_size",
     "prepare_edit_items",
     "resize_to_area",
@@ -158,7 +148,7 @@ class EditConditioning:
     extras: dict
 
 
-class EditGRPOSampler:
+class EditGRPOSampler(GRPOSampler):
     """Shared structure of the editing samplers; subclasses fill in the model-specific hooks
     :meth:`condition`, :meth:`prepare_noise`, :meth:`velocity` and :meth:`decode`.
 
@@ -171,19 +161,9 @@ class EditGRPOSampler:
     """
 
     def __init__(self, pipe, max_sequence_length: int = 512) -> None:
-        self.pipe = pipe
-        self.max_sequence_length = max_sequence_length
+        super().__init__(pipe, max_sequence_length)
         self._prompt_cache: dict = {}
         self._image_cache: dict = {}
-
-    @property
-    def vae_scale_factor(self) -> int:
-        return self.pipe.vae_scale_factor
-
-    @property
-    def size_multiple(self) -> int:
-        """Image sides must be multiples of this (VAE factor times the 2x2 latent packing)."""
-        return self.vae_scale_factor * 2
 
     def clear_cache(self) -> None:
         self._prompt_cache.clear()
@@ -248,6 +228,24 @@ class EditGRPOSampler:
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Packed latents -> images ``(B, 3, H, W)`` in [0, 1]."""
         raise NotImplementedError
+
+    def transition_velocity(
+        self,
+        transformer,
+        latents,
+        timestep,
+        prompts,
+        height,
+        width,
+        guidance_scale,
+        references=None,
+    ) -> torch.Tensor:
+        """The velocity at recorded ``latents`` of edits of ``references`` (see
+        :meth:`GRPOSampler.transition_velocity`)."""
+        if references is None:
+            raise ValueError("an editing sampler re-scores edits: pass the reference images.")
+        cond = self.condition(prompts, references, height, width)
+        return self.velocity(transformer, latents, timestep, cond, guidance_scale)
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()
@@ -338,221 +336,3 @@ class EditGRPOSampler:
         if output_type != "latent":
             out.images = self.decode(out.latents, height, width)
         return out
-
-
-class KontextGRPOSampler(EditGRPOSampler):
-    """Flow-GRPO sampling with a ``FluxKontextPipeline`` (FLUX.1-Kontext-dev).
-
-    The text conditioning, the transformer call and the decoding are those of the
-    text-to-image :class:`paco_grpo.pipeline.FlowGRPOSampler` (the Kontext pipeline has the
-    same components); the reference's packed latents are appended to the image tokens with
-    position ids whose first axis is 1, as ``FluxKontextPipeline`` does.
-
-    Example:
-        >>> sampler = KontextGRPOSampler(pipe, max_sequence_length=512)   # doctest: +SKIP
-    """
-
-    def __init__(self, pipe, max_sequence_length: int = 512) -> None:
-        super().__init__(pipe, max_sequence_length)
-        self.flux = FlowGRPOSampler(pipe, max_sequence_length=max_sequence_length)
-
-    def clear_cache(self) -> None:
-        super().clear_cache()
-        self.flux.clear_cache()
-
-    def _encode_reference(self, pixels: torch.Tensor) -> torch.Tensor:
-        pipe = self.pipe
-        latents = pipe._encode_vae_image(image=pixels, generator=None)
-        channels, h, w = latents.shape[1:]
-        return pipe._pack_latents(latents, 1, channels, h, w)
-
-    def condition(self, prompts, references, height, width) -> EditConditioning:
-        device = self.pipe._execution_device
-        text = self.flux.encode_prompts(prompts, device)
-        image_latents = self.encode_references(references, device, text.prompt_embeds.dtype)
-        ref_h, ref_w = references[0].height, references[0].width
-        dtype = text.prompt_embeds.dtype
-        return EditConditioning(
-            prompt_embeds=text.prompt_embeds,
-            image_latents=image_latents.to(dtype),
-            extras={
-                "text": text,
-                "ids": self.position_ids(height, width, ref_h, ref_w, device, dtype),
-            },
-        )
-
-    def position_ids(self, height, width, ref_height, ref_width, device, dtype) -> torch.Tensor:
-        """Position ids of the target's tokens followed by the reference's, whose first axis
-        is 1 (as ``FluxKontextPipeline`` marks them)."""
-        m = self.size_multiple
-        image_ids = self.pipe._prepare_latent_image_ids(
-            1, ref_height // m, ref_width // m, device, dtype
-        )
-        image_ids[..., 0] = 1
-        latent_ids = self.flux.latent_ids(height, width, device, dtype)
-        return torch.cat([latent_ids, image_ids], dim=0)
-
-    def prepare_noise(self, batch, height, width, dtype, device, generator, latents):
-        channels = self.pipe.transformer.config.in_channels // 4
-        return self.pipe.prepare_latents(
-            None, batch, channels, height, width, dtype, device, generator, latents
-        )[0]
-
-    def velocity(self, transformer, latents, timestep, cond, guidance_scale):
-        text: PromptEmbeddings = cond.extras["text"]
-        model_input = torch.cat([latents, cond.image_latents.to(latents.dtype)], dim=1)
-        v = self.flux.velocity(
-            transformer, model_input, timestep, text, cond.extras["ids"], guidance_scale
-        )
-        return v[:, : latents.shape[1]]
-
-    def decode(self, latents, height, width):
-        return self.flux.decode(latents, height, width)
-
-
-class QwenImageEditGRPOSampler(EditGRPOSampler):
-    """Flow-GRPO sampling with a ``QwenImageEditPipeline`` (Qwen-Image-Edit).
-
-    The Qwen2.5-VL text encoder sees the instruction together with the reference image, so
-    prompt encodings are cached per (prompt, image). ``guidance_scale`` is Qwen-Image's true
-    classifier-free guidance scale: above 1 each velocity is
-    ``neg + s * (cond - neg)`` rescaled to the conditional prediction's norm, with
-    ``negative_prompt`` (default ``" "``, as Qwen-Image's examples use) as the negative.
-
-    Args:
-        pipe: a ``diffusers.QwenImageEditPipeline``.
-        negative_prompt: the negative prompt of true CFG.
-    """
-
-    def __init__(self, pipe, max_sequence_length: int = 512, negative_prompt: str = " ") -> None:
-        super().__init__(pipe, max_sequence_length)
-        self.negative_prompt = negative_prompt
-
-    def _encode_reference(self, pixels: torch.Tensor) -> torch.Tensor:
-        pipe = self.pipe
-        latents = pipe._encode_vae_image(image=pixels.unsqueeze(2), generator=None)
-        channels, _, h, w = latents.shape[1:]
-        return pipe._pack_latents(latents, 1, channels, h, w)
-
-    @torch.no_grad()
-    def _encode_text(self, prompts, references, device):
-        """Per-pair encoder tokens padded to the batch's longest, and the mask (None if full),
-        exactly as ``QwenImageEditPipeline.encode_prompt`` pads a batch."""
-        tokens = []
-        for prompt, ref in zip(prompts, references):
-            key = (prompt, image_hash(ref), ref.size)
-            if key not in self._prompt_cache:
-                embeds, mask = self.pipe.encode_prompt(prompt=[prompt], image=ref, device=device)
-                if mask is not None:
-                    embeds = embeds[:, : int(mask[0].sum())]
-                self._prompt_cache[key] = embeds[0]
-            tokens.append(self._prompt_cache[key])
-        longest = max(t.shape[0] for t in tokens)
-        embeds = torch.stack(
-            [torch.cat([t, t.new_zeros(longest - t.shape[0], t.shape[1])]) for t in tokens]
-        ).to(device)
-        mask = torch.stack(
-            [
-                torch.cat(
-                    [torch.ones(t.shape[0], dtype=torch.long), torch.zeros(longest - t.shape[0])]
-                ).long()
-                for t in tokens
-            ]
-        ).to(device)
-        return embeds, (None if mask.all() else mask)
-
-    def condition(self, prompts, references, height, width) -> EditConditioning:
-        device = self.pipe._execution_device
-        embeds, mask = self._encode_text(prompts, references, device)
-        neg, neg_mask = self._encode_text([self.negative_prompt] * len(prompts), references, device)
-        image_latents = self.encode_references(references, device, embeds.dtype)
-        f = self.size_multiple
-        ref_h, ref_w = references[0].height, references[0].width
-        img_shapes = [[(1, height // f, width // f), (1, ref_h // f, ref_w // f)]] * len(prompts)
-        return EditConditioning(
-            prompt_embeds=embeds,
-            image_latents=image_latents.to(embeds.dtype),
-            extras={
-                "mask": mask,
-                "negative_prompt_embeds": neg,
-                "negative_mask": neg_mask,
-                "img_shapes": img_shapes,
-            },
-        )
-
-    def prepare_noise(self, batch, height, width, dtype, device, generator, latents):
-        channels = self.pipe.transformer.config.in_channels // 4
-        return self.pipe.prepare_latents(
-            None, batch, channels, height, width, dtype, device, generator, latents
-        )[0]
-
-    def _forward(self, transformer, model_input, timestep, embeds, mask, img_shapes, name):
-        module = transformer.module if hasattr(transformer, "module") else transformer
-        context = (
-            module.cache_context(name)
-            if hasattr(module, "cache_context")
-            else contextlib.nullcontext()
-        )
-        with context:
-            return transformer(
-                hidden_states=model_input,
-                timestep=timestep / 1000,
-                guidance=None,
-                encoder_hidden_states_mask=mask,
-                encoder_hidden_states=embeds,
-                img_shapes=img_shapes,
-                attention_kwargs={},
-                return_dict=False,
-            )[0]
-
-    def velocity(self, transformer, latents, timestep, cond, guidance_scale):
-        batch, seq = latents.shape[:2]
-        timestep = timestep.expand(batch) if timestep.ndim == 0 else timestep
-        timestep = timestep.to(latents.dtype)
-        model_input = torch.cat([latents, cond.image_latents.to(latents.dtype)], dim=1)
-        x = cond.extras
-        v = self._forward(
-            transformer,
-            model_input,
-            timestep,
-            cond.prompt_embeds,
-            x["mask"],
-            x["img_shapes"],
-            "cond",
-        )[:, :seq]
-        if guidance_scale > 1:
-            neg = self._forward(
-                transformer,
-                model_input,
-                timestep,
-                x["negative_prompt_embeds"],
-                x["negative_mask"],
-                x["img_shapes"],
-                "uncond",
-            )[:, :seq]
-            combined = neg + guidance_scale * (v - neg)
-            v = combined * (
-                torch.norm(v, dim=-1, keepdim=True) / torch.norm(combined, dim=-1, keepdim=True)
-            )
-        return v
-
-    @torch.no_grad()
-    def decode(self, latents, height, width):
-        pipe, vae = self.pipe, self.pipe.vae
-        latents = pipe._unpack_latents(latents, height, width, self.vae_scale_factor)
-        latents = latents.to(vae.dtype)
-        shape = (1, vae.config.z_dim, 1, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
-        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(shape).to(
-            latents.device, latents.dtype
-        )
-        latents = latents / inv_std + mean
-        image = vae.decode(latents, return_dict=False)[0][:, :, 0]
-        return pipe.image_processor.postprocess(image, output_type="pt")
-
-
-#: ``GRPOConfig.pipeline`` value -> (sampler class, diffusers pipeline class name).
-EDIT_SAMPLERS: dict[str, tuple[type, str]] = {
-    "flux_kontext": (KontextGRPOSampler, "FluxKontextPipeline"),
-    "qwen_image_edit": (QwenImageEditGRPOSampler, "QwenImageEditPipeline"),
-}

@@ -1,0 +1,63 @@
+"""The generators a GRPO run can train, one file per model, registered by name.
+
+- ``flux``: FLUX.1-dev text-to-image (``FluxPipeline``, :class:`FlowGRPOSampler`);
+- ``flux_kontext``: FLUX.1-Kontext editing (``FluxKontextPipeline``,
+  :class:`KontextGRPOSampler`);
+- ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
+  :class:`QwenImageEditGRPOSampler`).
+
+Shared pieces: :mod:`~paco_grpo.pipelines.sampling` (the sampler interface the trainer
+calls, :class:`SampleOutput`, the denoising loop :func:`sde_denoise`),
+:mod:`~paco_grpo.pipelines.editing` (reference images, :class:`EditGRPOSampler`) and
+:mod:`~paco_grpo.pipelines.registry` (:class:`PipelineSpec`, :data:`PIPELINE_SPECS`).
+
+To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
+:func:`register_pipeline` call, and import it below.
+
+    >>> from paco_grpo.pipelines import PIPELINE_SPECS
+    >>> list(PIPELINE_SPECS)
+    ['flux', 'flux_kontext', 'qwen_image_edit']
+"""
+
+from paco_grpo.pipelines.editing import (
+    EditConditioning,
+    EditGRPOSampler,
+    area_preserving_size,
+    prepare_edit_items,
+    resize_to_area,
+)
+from paco_grpo.pipelines.flux import FlowGRPOSampler, PromptEmbeddings
+from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
+from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
+from paco_grpo.pipelines.registry import (
+    PIPELINE_SPECS,
+    PipelineSpec,
+    get_pipeline_spec,
+    register_pipeline,
+)
+from paco_grpo.pipelines.sampling import (
+    GRPOSampler,
+    SampleOutput,
+    check_sampling_inputs,
+    sde_denoise,
+)
+
+__all__ = [
+    "PIPELINE_SPECS",
+    "EditConditioning",
+    "EditGRPOSampler",
+    "FlowGRPOSampler",
+    "GRPOSampler",
+    "KontextGRPOSampler",
+    "PipelineSpec",
+    "PromptEmbeddings",
+    "QwenImageEditGRPOSampler",
+    "SampleOutput",
+    "area_preserving_size",
+    "check_sampling_inputs",
+    "get_pipeline_spec",
+    "prepare_edit_items",
+    "register_pipeline",
+    "resize_to_area",
+    "sde_denoise",
+]
