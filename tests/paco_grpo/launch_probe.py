@@ -1,18 +1,21 @@
 """Run ``paco-grpo train`` as launched, recording what each rank sampled, scored and trained
 (a helper of ``test_grpo_launch.py``, started by ``accelerate launch``), then resume the
-run's last checkpoint in the same processes.
+run's last checkpoint in the same processes. Several runs separated by ``--next`` run one
+after the other in the same processes, so a launch pays the processes' start-up once.
 
     ACCELERATE_USE_CPU=1 accelerate launch --config_file CFG tests/paco_grpo/launch_probe.py \\
-        OUT_PREFIX train RECIPE --flag value ...
+        OUT_PREFIX train RECIPE --flag value ... [--next train RECIPE2 ...]
 
-Writes ``OUT_PREFIX.rank<r>.json``: per epoch the slots, items, local rewards and the
-advantages the rank trained on; the LoRA digest after training and after resuming.
+Writes ``OUT_PREFIX.<run>.rank<r>.json`` per run: per epoch the slots, items, local rewards
+and the advantages the rank trained on; the LoRA digest after training and after resuming.
+The main process prints ``launch_probe: run <run>`` before each run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 
 from paco_grpo import cli
@@ -63,10 +66,12 @@ def _keep(init):
     return wrapped
 
 
-def main(out_prefix: str, argv: list[str]) -> int:
-    Rollout.sample_epoch = _record_rollout(Rollout.sample_epoch)
-    GRPOTrainer.train_epoch = _record_advantages(GRPOTrainer.train_epoch)
-    GRPOTrainer.__init__ = _keep(GRPOTrainer.__init__)
+def run(out_prefix: str, index: int, argv: list[str]) -> int:
+    RECORD.clear()
+    RECORD["epochs"] = []
+    TRAINERS.clear()  # the previous run's models go
+    if os.environ.get("RANK", "0") == "0":
+        print(f"launch_probe: run {index}", flush=True)
     code = cli.main(argv)
     if code:
         return code
@@ -84,8 +89,25 @@ def main(out_prefix: str, argv: list[str]) -> int:
     resumed = GRPOTrainer(config)
     RECORD["resumed_epoch"] = resumed.start_epoch
     RECORD["lora_resumed"] = _digest(resumed)
-    with open(f"{out_prefix}.rank{RECORD['rank']}.json", "w") as fh:
+    with open(f"{out_prefix}.{index}.rank{RECORD['rank']}.json", "w") as fh:
         json.dump(RECORD, fh)
+    return 0
+
+
+def main(out_prefix: str, argv: list[str]) -> int:
+    Rollout.sample_epoch = _record_rollout(Rollout.sample_epoch)
+    GRPOTrainer.train_epoch = _record_advantages(GRPOTrainer.train_epoch)
+    GRPOTrainer.__init__ = _keep(GRPOTrainer.__init__)
+    runs = [[]]
+    for arg in argv:
+        if arg == "--next":
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    for index, run_argv in enumerate(runs):
+        code = run(out_prefix, index, run_argv)
+        if code:
+            return code
     return 0
 
 

@@ -8,6 +8,8 @@ editing recipes (their parquet is the user's), resolutions, rewards (cheap ones:
 recipe's evaluators would score 4,032 pairs per epoch), precision (fp32: bf16 on a CPU only
 slows this test; ``test_bf16.py`` checks bf16) and the text length of the tiny encoders
 are overridden. One epoch, then the last checkpoint is resumed in the same processes.
+Recipes that name the same accelerate config run one after the other in one launch, since
+starting eight processes costs more than a tiny recipe's epoch.
 
 Checked per launch: one job of N processes (the start-up line says so), every rank drew a
 distinct share of the epoch's images and all of them together are the epoch, the
@@ -90,27 +92,56 @@ def _overrides(recipe: str, models: dict) -> dict:
     }
 
 
-def _launch(recipe: str, out: Path, overrides: dict) -> tuple[list[dict], str]:
-    config, nproc = launch_config(recipe)
-    flags = [
+def _flags(overrides: dict) -> list[str]:
+    return [
         x
         for k, v in overrides.items()
         for x in (f"--{k}", v if isinstance(v, str) else json.dumps(v))
     ]
+
+
+def _launch(config: Path, nproc: int, runs: dict[str, dict], out: Path) -> dict[str, tuple]:
+    """Every recipe of ``runs`` (recipe -> overrides) trained and resumed, one after the other,
+    in one ``accelerate launch`` of ``config``: ``{recipe: (per-rank records, its stdout)}``."""
+    argv = []
+    for index, (recipe, overrides) in enumerate(runs.items()):
+        argv += [*(["--next"] if index else []), "train", recipe,
+                 "--output_dir", str(out / f"run{index}"), *_flags(overrides)]  # fmt: skip
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.getcwd()}  # fmt: skip
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-           PROBE, str(out / "probe"), "train", recipe, "--output_dir", str(out / "run"),
-           *flags]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+           PROBE, str(out / "probe"), *argv]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [json.loads((out / f"probe.rank{r}.json").read_text()) for r in range(nproc)]
-    return ranks, proc.stdout
+    stdouts = re.split(r"^launch_probe: run \d+\n", proc.stdout, flags=re.M)[1:]
+    assert len(stdouts) == len(runs), proc.stdout[-2000:]
+    return {
+        recipe: (
+            [json.loads((out / f"probe.{i}.rank{r}.json").read_text()) for r in range(nproc)],
+            stdouts[i],
+            out / f"run{i}",
+        )
+        for i, recipe in enumerate(runs)
+    }
 
 
 GRPO_RECIPES = sorted(
     str(p) for p in Path("recipes").glob("grpo_*.yaml") if "recipes/accelerate/" in p.read_text()
 )
+
+
+@pytest.fixture(scope="module")
+def launched(models, tmp_path_factory) -> dict[str, tuple]:
+    """Every real-size recipe launched: one ``accelerate launch`` per accelerate config, its
+    recipes trained one after the other in the same processes (start-up is most of a tiny
+    launch's time)."""
+    by_config: dict[tuple[Path, int], dict[str, dict]] = {}
+    for recipe in GRPO_RECIPES:
+        by_config.setdefault(launch_config(recipe), {})[recipe] = _overrides(recipe, models)
+    results = {}
+    for (config, nproc), runs in by_config.items():
+        results.update(_launch(config, nproc, runs, tmp_path_factory.mktemp(config.stem)))
+    return results
 
 
 def test_every_real_size_recipe_names_a_launch():
@@ -123,11 +154,10 @@ def test_every_real_size_recipe_names_a_launch():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", GRPO_RECIPES)
-def test_recipe_launches_on_its_process_count(recipe, models, tmp_path):
+def test_recipe_launches_on_its_process_count(recipe, models, launched):
     config, nproc = launch_config(recipe)
-    overrides = _overrides(recipe, models)
-    cfg = GRPOConfig.from_yaml(recipe, overrides)
-    ranks, stdout = _launch(recipe, tmp_path, overrides)
+    cfg = GRPOConfig.from_yaml(recipe, _overrides(recipe, models))
+    ranks, stdout, run_dir = launched[recipe]
 
     # one job: the main process's start-up line names N processes (training, then resuming)
     images = cfg.prompts_per_epoch * cfg.num_generations
@@ -167,7 +197,7 @@ def test_recipe_launches_on_its_process_count(recipe, models, tmp_path):
     assert len({keys[i] for i in items}) <= cfg.prompts_per_epoch
 
     # at least one optimizer step, as the epoch shape says; a checkpoint that resumes
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = ranks[0]["optimizer_steps_per_epoch"]
     assert steps >= 1 and rows[-1]["train/optimizer_steps"] == steps
     for r in ranks:
