@@ -16,6 +16,8 @@ from paco_reward.errors import (
     PacoError,
     PromptError,
     RewardServerError,
+    UnsupportedModelError,
+    WeightsMismatchError,
     YesNoTokenError,
 )
 from paco_reward.lazy_exports import lazy_exports
@@ -64,6 +66,8 @@ __all__ = [
     "Ranking",
     "RewardServerError",
     "SetScore",
+    "UnsupportedModelError",
+    "WeightsMismatchError",
     "YesNoTokenError",
     "YesNoTokens",
     "build_messages",

@@ -30,6 +30,37 @@ class YesNoTokenError(PacoError, ValueError):
     """The tokenizer has no single-token "Yes"/"No", so the score cannot be computed."""
 
 
+class UnsupportedModelError(PacoError, ValueError):
+    """A model the evaluator cannot score with: no image input (a text-only model), or an
+    image processor that is not Qwen-VL's dynamic-resolution kind (no patch or merge size,
+    no image placeholder token). The message names what is missing."""
+
+
+class WeightsMismatchError(PacoError, ValueError):
+    """A checkpoint's weights do not fit the class it was loaded into: some are missing (they
+    would be randomly initialised), unexpected (they would be dropped) or of another shape.
+
+    Attributes:
+        source: the checkpoint (folder or hub id) that was loaded.
+        missing / unexpected / mismatched: the weight names, sorted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str = "",
+        missing=(),
+        unexpected=(),
+        mismatched=(),
+    ) -> None:
+        super().__init__(message)
+        self.source = source
+        self.missing = sorted(missing)
+        self.unexpected = sorted(unexpected)
+        self.mismatched = sorted(mismatched)
+
+
 class RewardServerError(PacoError, ConnectionError):
     """A reward server is unreachable, does not serve the model, or answered badly."""
 

@@ -2,8 +2,9 @@
 
 Accepted inputs: PIL images, paths, uint8 HWC (or HW) arrays, float HWC arrays in
 [0, 1], float CHW tensors in [0, 1] and uint8 CHW tensors. The result is always an
-RGB PIL image; transparent pixels are composited on white, as Qwen2.5-VL's own
-loader does. :func:`resize_for_model` then applies Qwen2.5-VL's pixel budget.
+RGB PIL image; transparent pixels are composited on white, as Qwen-VL's own
+loader does. :func:`resize_for_model` then applies the model processor's pixel budget
+(Qwen2.5-VL: 28 x 28 pixels per vision token; Qwen3-VL: 32 x 32).
 
     >>> import numpy as np
     >>> load_image(np.zeros((8, 6, 3), dtype=np.uint8)).size
@@ -121,8 +122,10 @@ def load_image(image: ImageInput, name: str = "image") -> Image.Image:
 
 @dataclass(frozen=True)
 class ImagePolicy:
-    """Qwen2.5-VL's pixel budget: resize so both sides are multiples of ``factor``
-    (patch size x spatial merge) and the area lies in [min_pixels, max_pixels]."""
+    """A Qwen-VL pixel budget: resize so both sides are multiples of ``factor`` (patch size x
+    spatial merge: 28 for Qwen2.5-VL, 32 for Qwen3-VL) and the area lies in
+    [min_pixels, max_pixels]. The defaults are Qwen2.5-VL's; :meth:`from_processor` reads a
+    model's own."""
 
     min_pixels: int = QWEN_MIN_PIXELS
     max_pixels: int = QWEN_MAX_PIXELS
@@ -132,8 +135,9 @@ class ImagePolicy:
     def from_processor(
         cls, processor, min_pixels: int | None = None, max_pixels: int | None = None
     ) -> ImagePolicy:
-        """The policy of a Qwen2.5-VL processor (or its image processor), optionally with a
-        tighter/looser budget."""
+        """The policy of a Qwen-VL processor (or its image processor): its ``size`` budget
+        (``shortest_edge`` / ``longest_edge``, in pixels) and ``patch_size * merge_size``,
+        optionally with a tighter/looser budget."""
         image_processor = getattr(processor, "image_processor", processor)
         size = image_processor.size
         return cls(
@@ -174,7 +178,7 @@ class ImagePolicy:
             )
 
 
-# Qwen2.5-VL's processors refuse images whose long side exceeds 200x the short one.
+# Qwen-VL's processors refuse images whose long side exceeds 200x the short one.
 MAX_ASPECT_RATIO = 200
 
 
@@ -188,7 +192,7 @@ def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image
     processor keeps as it is.
 
     Raises:
-        InvalidImageError: the aspect ratio exceeds 200 (what Qwen2.5-VL accepts).
+        InvalidImageError: the aspect ratio exceeds 200 (what Qwen-VL processors accept).
 
     Example:
         >>> resize_for_model(Image.new("RGB", (3000, 20)), ImagePolicy(784, 4 * 784)).size
@@ -200,7 +204,7 @@ def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image
     if ratio > MAX_ASPECT_RATIO:
         raise InvalidImageError(
             f"{name}: a {image.width}x{image.height} image has aspect ratio {ratio:.0f}:1; "
-            f"Qwen2.5-VL accepts at most {MAX_ASPECT_RATIO}:1. Crop or pad it."
+            f"Qwen-VL processors accept at most {MAX_ASPECT_RATIO}:1. Crop or pad it."
         )
     try:
         height, width = smart_resize(

@@ -6,12 +6,14 @@ A batch of pairs is scored in three steps:
 2. each pair's prompt is rendered with the model's own chat template (once per
    distinct instruction), its image placeholders are expanded to the image's
    token count, and the batch is left-padded;
-3. one forward pass of the language model, fed the cached image embeddings via
+3. one forward pass of the language model, fed the cached image features via
    ``mm_encoder_outputs``, gives the first-answer-token logits; only the last
    position's logits are computed (``logits_to_keep=1``).
 
 This is token-for-token what ``processor(text, images)`` + ``model(**inputs)``
-computes (the parity test checks it), minus the repeated vision work.
+computes (the parity test checks it), minus the repeated vision work. The model is any
+Qwen-VL family's (Qwen2.5-VL, Qwen3-VL, ...): its class comes from its config and its image
+handling from its processor (:mod:`paco_reward.modeling`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from PIL import Image
 from paco_reward.devices import default_device, resolve_device
 from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
+from paco_reward.modeling import (
+    ImageFeatures,
+    image_features,
+    join_image_features,
+    load_adapter,
+    load_evaluator,
+)
 from paco_reward.templates import build_messages
 from paco_reward.yes_no import YesNoTokens, yes_probability
 
@@ -145,7 +154,8 @@ def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
 
 
 class LocalBackend:
-    """Holds a Qwen2.5-VL model and its processor; scores pairs of pre-normalised images."""
+    """Holds a Qwen-VL-family model (Qwen2.5-VL, Qwen3-VL, ...) and its processor; scores
+    pairs of pre-normalised images."""
 
     def __init__(
         self,
@@ -194,20 +204,24 @@ class LocalBackend:
         model_kwargs: Mapping[str, Any] | None = None,
         adapter_kwargs: Mapping[str, Any] | None = None,
     ) -> LocalBackend:
-        """Load a Qwen2.5-VL evaluator (and optionally a PEFT LoRA ``adapter``) with its
+        """Load a Qwen-VL-family evaluator (the class its config names, through
+        ``AutoModelForImageTextToText``), and optionally a PEFT LoRA ``adapter``, with its
         processor; the arguments are those of :meth:`paco_reward.PacoReward.from_pretrained`.
 
         Raises:
             TypeError: ``model_kwargs`` or ``adapter_kwargs`` holds a key that has its own
                 argument here, or an unknown one.
             ValueError: both ``device`` and ``device_map`` are given.
+            UnsupportedModelError: the model has no image input or no Qwen-VL image
+                processing (checked before the weights load).
+            YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
+            WeightsMismatchError: a weight of the model or the adapter is missing or
+                unexpected (the model would score with randomly initialised weights).
 
         Example:
             >>> backend = LocalBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",
             ...                                        device_map="auto")  # doctest: +SKIP
         """
-        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
-
         if device is not None and device_map is not None:
             raise ValueError(
                 f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
@@ -233,20 +247,22 @@ class LocalBackend:
             load_kwargs["device_map"] = device_map
         if attn_implementation:
             load_kwargs["attn_implementation"] = attn_implementation
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path_or_id), **load_kwargs)
         processor_source, processor_kwargs = path_or_id, hub
+        if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
+            processor_source = adapter
+            processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
+        model, processor = load_evaluator(
+            path_or_id,
+            processor_source=processor_source,
+            processor_kwargs=processor_kwargs,
+            **load_kwargs,
+        )
         if adapter is not None:
-            from peft import PeftModel
-
             # Where to find files applies to the adapter too; its revision is its own.
             shared = {k: v for k, v in hub.items() if k in ADAPTER_KWARGS and k != "revision"}
-            model = PeftModel.from_pretrained(model, str(adapter), **shared, **adapter_kwargs)
+            model = load_adapter(model, adapter, **shared, **adapter_kwargs)
             if merge_adapter:
                 model = model.merge_and_unload()
-            if (Path(adapter) / "tokenizer_config.json").is_file():
-                processor_source = adapter
-                processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
-        processor = AutoProcessor.from_pretrained(str(processor_source), **processor_kwargs)
         name = Path(str(adapter or path_or_id)).name
         if device is not None:
             model = model.to(device)
@@ -275,18 +291,19 @@ class LocalBackend:
     @torch.inference_mode()
     def encode_images(
         self, images: Sequence[Image.Image]
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Vision-tower embeddings (one tensor per image) and the images' grids."""
-        embeddings: list[torch.Tensor] = []
+    ) -> tuple[list[ImageFeatures], torch.Tensor]:
+        """Vision-tower features (one :class:`~paco_reward.modeling.ImageFeatures` per image:
+        its merged embeddings, and Qwen3-VL's DeepStack features) and the images' grids."""
+        features: list[ImageFeatures] = []
         grids: list[torch.Tensor] = []
         for start in range(0, len(images), self.batch_size):
             pixel_values, grid_thw = self.preprocess_images(images[start : start + self.batch_size])
-            vision = self.model.model.get_image_features(
+            vision = self.model.get_image_features(
                 pixel_values.to(self.device), grid_thw.to(self.device), return_dict=True
             )
-            embeddings.extend(vision.pooler_output)
+            features.extend(image_features(vision))
             grids.append(grid_thw)
-        return embeddings, torch.cat(grids).to(self.device)
+        return features, torch.cat(grids).to(self.device)
 
     def prompt_ids(self, instruction: str) -> list[int]:
         """Token ids of the rendered chat prompt for a pair, with one image placeholder per
@@ -327,16 +344,13 @@ class LocalBackend:
     # ------------------------------------------------------------------ scoring
     @torch.inference_mode()
     def first_token_logits(
-        self, pairs: Sequence[PairRequest], embeddings: list[torch.Tensor], grids: torch.Tensor
+        self, pairs: Sequence[PairRequest], features: list[ImageFeatures], grids: torch.Tensor
     ) -> torch.Tensor:
-        """Next-token logits after the generation prompt, ``[len(pairs), vocab]``."""
-        from transformers.modeling_outputs import BaseModelOutputWithPooling
-
+        """Next-token logits after the generation prompt, ``[len(pairs), vocab]``, from the
+        images' :meth:`encode_images` features."""
         inputs = self.build_inputs(pairs, grids)
         occurrences = inputs.pop("occurrences").tolist()
-        image_outputs = BaseModelOutputWithPooling(
-            pooler_output=tuple(embeddings[i] for i in occurrences)
-        )
+        image_outputs = join_image_features([features[i] for i in occurrences])
         out = self.model(
             **inputs,
             mm_encoder_outputs={"image": image_outputs},
@@ -352,14 +366,14 @@ class LocalBackend:
         if not pairs:
             return np.zeros(0, dtype=np.float64)
         used = sorted({i for first, second, _ in pairs for i in (first, second)})
-        embeddings, grids = self.encode_images([images[i] for i in used])
+        features, grids = self.encode_images([images[i] for i in used])
         local = {global_index: k for k, global_index in enumerate(used)}
         scores: list[np.ndarray] = []
         for start in range(0, len(pairs), self.batch_size):
             chunk = [
                 (local[a], local[b], text) for a, b, text in pairs[start : start + self.batch_size]
             ]
-            logits = self.first_token_logits(chunk, embeddings, grids)
+            logits = self.first_token_logits(chunk, features, grids)
             scores.append(yes_probability(logits, tokens=self.yes_no).double().cpu().numpy())
         return np.concatenate(scores)
 

@@ -137,7 +137,9 @@ class PacoReward:
         """Load a merged PaCo-Reward model, or a base model plus a PEFT LoRA ``adapter``.
 
         Args:
-            path_or_id: a local folder or hub id of a Qwen2.5-VL model.
+            path_or_id: a local folder or hub id of a Qwen-VL-family model (Qwen2.5-VL,
+                Qwen3-VL, ...): its class comes from its config (transformers'
+                ``AutoModelForImageTextToText``), its image budget from its processor.
             adapter: optional PEFT LoRA folder/id applied on top (merged for speed unless
                 ``merge_adapter=False``; transformers backend only).
             device: one device for the whole model; defaults to this process's device
@@ -163,10 +165,9 @@ class PacoReward:
                 (``"auto"``, ``"cpu"``, ``{"": 1}``, ...; a bare ``"cuda"`` gets this
                 process's index).
             attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...
-            model_kwargs: any other keyword argument of
-                ``Qwen2_5_VLForConditionalGeneration.from_pretrained``
-                (``low_cpu_mem_usage``, ``quantization_config``, ``max_memory``, ...);
-                transformers raises on a name it does not take.
+            model_kwargs: any other keyword argument of the model class's
+                ``from_pretrained`` (``low_cpu_mem_usage``, ``quantization_config``,
+                ``max_memory``, ...); transformers raises on a name it does not take.
             adapter_kwargs: keyword arguments of ``peft.PeftModel.from_pretrained`` for the
                 adapter, one of :data:`paco_reward.hub.ADAPTER_KWARGS` (``revision``,
                 ``subfolder``, ...).
@@ -179,6 +180,11 @@ class PacoReward:
                 argument or is unknown.
             ValueError: an unknown ``backend``; both ``device`` and ``device_map``; a
                 transformers-only argument with ``backend="vllm"``.
+            UnsupportedModelError: the model has no image input (a text-only model) or no
+                Qwen-VL image processing; raised before any weight loads.
+            YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
+            WeightsMismatchError: a weight of the model or adapter is missing or unexpected
+                (transformers would initialise it at random and only log it).
 
         Example:
             >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",

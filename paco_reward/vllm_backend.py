@@ -60,7 +60,7 @@ class VLLMBackend:
     """Holds a ``vllm.LLM`` and the model's processor; scores pairs of pre-normalised images.
 
     Args:
-        llm: a ``vllm.LLM`` of a Qwen2.5-VL evaluator.
+        llm: a ``vllm.LLM`` of a Qwen-VL-family evaluator (Qwen2.5-VL, Qwen3-VL, ...).
         processor: the model's processor (chat template, tokenizer, image budget).
         canonical_yes_no: sum every case/space variant of Yes/No (default) or only "Yes"/"No".
         min_pixels / max_pixels: image pixel budget; defaults to the processor's. The

@@ -72,6 +72,30 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_vl_dir(tmp_path_factory):
+    """A tiny random Qwen3-VL evaluator folder (DeepStack, 32-pixel vision tokens, no default
+    system turn), with the same wide weight spread as ``tiny_model_dir``."""
+    from paco_reward.testing import build_tiny_qwen3_vl
+
+    return build_tiny_qwen3_vl(
+        tmp_path_factory.mktemp("tiny-qwen3-vl") / "model",
+        seed=0,
+        text_config={"initializer_range": 0.3},
+        vision_config={"initializer_range": 0.3},
+    )
+
+
+# Model family -> the fixture of its tiny evaluator folder.
+FAMILY_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3_vl_dir"}
+
+
+@pytest.fixture(params=sorted(FAMILY_FIXTURES))
+def family_dir(request):
+    """The tiny evaluator folder of each Qwen-VL family the library supports (parametrised)."""
+    return request.getfixturevalue(FAMILY_FIXTURES[request.param])
+
+
+@pytest.fixture(scope="session")
 def tiny_reward(tiny_model_dir):
     from paco_reward import PacoReward
 

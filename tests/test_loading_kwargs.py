@@ -43,9 +43,15 @@ def spy(monkeypatch, cls, name: str = "from_pretrained") -> list[dict]:
 
 @pytest.fixture
 def transformers_spies(monkeypatch):
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    """Spies on the two loaders every evaluator load goes through: the image-text-to-text
+    auto class (the model's class comes from its config) and the processor's."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    return spy(monkeypatch, Qwen2_5_VLForConditionalGeneration), spy(monkeypatch, AutoProcessor)
+    return spy(monkeypatch, AutoModelForImageTextToText), spy(monkeypatch, AutoProcessor)
+
+
+# What the strict loader adds to every model load (paco_reward.modeling): the loading report.
+STRICT = {"output_loading_info": True}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +87,7 @@ def test_scorer_forwards_hub_and_model_arguments(
     (model_kwargs,) = model_calls
     assert model_kwargs == {
         **hub,
+        **STRICT,
         "dtype": torch.float32,
         "device_map": torch.device("cpu"),
         "attn_implementation": "eager",
@@ -100,7 +107,7 @@ def test_scorer_forwards_hub_and_model_arguments(
 def test_scorer_without_loading_arguments_passes_none(tiny_model_dir, transformers_spies):
     model_calls, processor_calls = transformers_spies
     PacoReward.from_pretrained(tiny_model_dir, device="cpu")
-    assert model_calls == [{"dtype": torch.float32}] and processor_calls == [{}]
+    assert model_calls == [{**STRICT, "dtype": torch.float32}] and processor_calls == [{}]
 
 
 def test_adapter_gets_where_to_find_files_and_its_own_revision(
@@ -225,6 +232,7 @@ def test_sft_loader_forwards_model_init_kwargs(tiny_model_dir, transformers_spie
     assert model_calls == [
         {
             **hub,
+            **STRICT,
             "device_map": "cpu",
             "low_cpu_mem_usage": True,
             "dtype": torch.float32,

@@ -1,11 +1,17 @@
-"""The offline tiny Qwen2.5-VL factory: an ordinary HF folder, Qwen's chat format, Yes/No tokens."""
+"""The offline tiny Qwen2.5-VL and Qwen3-VL factories: ordinary HF folders, each family's chat
+format and image processing, Yes/No tokens."""
 
 from __future__ import annotations
 
 import json
 
 import torch
-from transformers import AutoProcessor, AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    Qwen2_5_VLForConditionalGeneration,
+)
 
 from paco_reward.testing import build_tiny_model
 from paco_reward.testing.qwen import YES_NO_WORDS
@@ -32,8 +38,33 @@ def test_chat_template_renders_like_qwen2_5_vl(tiny_model_dir):
     )
 
 
-def test_yes_no_variants_are_single_tokens(tiny_model_dir):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_qwen3_vl_folder_loads_with_plain_transformers(tiny_qwen3_vl_dir):
+    config = json.loads((tiny_qwen3_vl_dir / "config.json").read_text())
+    assert config["model_type"] == "qwen3_vl"
+    assert config["vision_config"]["deepstack_visual_indexes"] == [0, 1]
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3_vl_dir)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+    assert 100_000 < sum(p.numel() for p in model.parameters()) < 5_000_000
+    processor = AutoProcessor.from_pretrained(tiny_qwen3_vl_dir)
+    assert type(processor).__name__ == "Qwen3VLProcessor"
+    image_processor = processor.image_processor
+    assert (image_processor.patch_size, image_processor.merge_size) == (16, 2)
+    assert list(image_processor.image_mean) == [0.5, 0.5, 0.5]
+
+
+def test_chat_template_renders_like_qwen3_vl(tiny_qwen3_vl_dir):
+    """Qwen3-VL-Instruct's template: no default system turn."""
+    processor = AutoProcessor.from_pretrained(tiny_qwen3_vl_dir)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Hi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_yes_no_variants_are_single_tokens(family_dir):
+    tokenizer = AutoTokenizer.from_pretrained(family_dir)
     for word in YES_NO_WORDS + [" " + w for w in YES_NO_WORDS]:
         ids = tokenizer.encode(word, add_special_tokens=False)
         assert len(ids) == 1, word

@@ -86,14 +86,14 @@ def first_token_logprobs(
     (:func:`~paco_reward.yes_no.yes_probability` on the same logits), with every image
     encoded once: ``LocalBackend.score_batch``'s path, keeping the full distribution."""
     used = sorted({i for a, b, _ in pairs for i in (a, b)})
-    embeddings, grids = backend.encode_images([images[i] for i in used])
+    features, grids = backend.encode_images([images[i] for i in used])
     local = {index: k for k, index in enumerate(used)}
     logprobs, scores = [], []
     for start in range(0, len(pairs), backend.batch_size):
         chunk = [
             (local[a], local[b], text) for a, b, text in pairs[start : start + backend.batch_size]
         ]
-        logits = backend.first_token_logits(chunk, embeddings, grids).float()
+        logits = backend.first_token_logits(chunk, features, grids).float()
         scores.append(yes_probability(logits, tokens=backend.yes_no).double().cpu())
         logprobs.append(torch.log_softmax(logits, dim=-1).cpu())
     return torch.cat(logprobs), torch.cat(scores)

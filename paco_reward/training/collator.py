@@ -68,7 +68,7 @@ def pad_right(sequences: Sequence[list[int]], labels: Sequence[list[int]], pad_t
 
 class PacoSFTCollator:
     """Collates PAIR_SCHEMA rows (``image_a``, ``image_b``, ``template``, ``prompt``,
-    ``label``, ``reasons``) into right-padded training inputs for Qwen2.5-VL.
+    ``label``, ``reasons``) into right-padded training inputs for a Qwen-VL-family model.
 
     Args:
         processor: the model's processor (tokenizer + image processor + chat template).

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paco_reward.hub import HUB_KWARGS
+from paco_reward.modeling import load_evaluator, merger_module_names, vision_tower
 from paco_reward.training.sft_config import (
     LM_LINEAR_LAYERS,
     TOY_DATASET,
@@ -39,7 +40,10 @@ __all__ = [
 def build_or_locate_model(args: PacoSFTConfig) -> str:
     """The model folder to load; builds the from-scratch tiny model when ``tiny_model``."""
     if not args.model_name_or_path:
-        raise ValueError("model_name_or_path is not set; give a Qwen2.5-VL folder or hub id.")
+        raise ValueError(
+            "model_name_or_path is not set; give a Qwen-VL-family folder or hub id (e.g. "
+            "Qwen/Qwen2.5-VL-7B-Instruct, Qwen/Qwen3-VL-8B-Instruct)."
+        )
     path = Path(args.model_name_or_path)
     if args.tiny_model and not (path / "config.json").is_file():
         from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
@@ -58,7 +62,8 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
 
 def lora_target_regex(args: PacoSFTConfig) -> str:
     """Regex (peft full-match) of the linear layers that get LoRA: the language model's
-    ``lora_target_modules``, plus the vision tower's linear layers when it is not frozen."""
+    ``lora_target_modules``, plus the vision tower's linear layers when it is not frozen
+    (Qwen2.5-VL's and Qwen3-VL's names alike: each family matches its own)."""
     unknown = sorted(set(args.lora_target_modules) - set(LM_LINEAR_LAYERS))
     if unknown:
         raise ValueError(
@@ -72,18 +77,26 @@ def lora_target_regex(args: PacoSFTConfig) -> str:
     return pattern
 
 
-def lora_config(args: PacoSFTConfig):
-    """The ``peft.LoraConfig`` of ``args`` (``None`` for full fine-tuning)."""
+def lora_config(args: PacoSFTConfig, model=None):
+    """The ``peft.LoraConfig`` of ``args`` (``None`` for full fine-tuning).
+
+    Args:
+        args: the SFT config.
+        model: the loaded model. With ``freeze_merger: false`` its merger modules are trained
+            and saved with the adapter: ``merger``, and Qwen3-VL's DeepStack mergers, which
+            only the model can list (without a model: ``merger`` alone).
+    """
     if not args.use_lora:
         return None
     from peft import LoraConfig
 
+    mergers = merger_module_names(vision_tower(model)) if model is not None else ["merger"]
     return LoraConfig(
         r=args.lora_r,
         lora_alpha=args.lora_alpha,
         lora_dropout=args.lora_dropout,
         target_modules=lora_target_regex(args),
-        modules_to_save=None if args.freeze_merger else ["merger"],
+        modules_to_save=None if args.freeze_merger else mergers,
         task_type="CAUSAL_LM",
     )
 
@@ -119,27 +132,32 @@ def model_init_kwargs(args: PacoSFTConfig) -> tuple[dict[str, Any], dict[str, An
 
 
 def load_model_and_processor(args: PacoSFTConfig):
-    """Load Qwen2.5-VL and its processor. With LoRA every weight is frozen (the trainer adds
-    the adapter from :func:`lora_config`); without, the vision tower and merger are frozen as
-    configured. The loading arguments are :func:`model_init_kwargs`'.
+    """Load the Qwen-VL-family model (the class its config names: Qwen2.5-VL, Qwen3-VL, ...)
+    and its processor, as the scorer loads them (:mod:`paco_reward.modeling`: strictly, a
+    missing or unexpected weight raises). With LoRA every weight is frozen (the trainer adds
+    the adapter from :func:`lora_config`); without, the vision tower and its mergers are
+    frozen as configured. The loading arguments are :func:`model_init_kwargs`'.
 
     Returns:
         ``(model, processor)``.
-    """
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
+    Raises:
+        UnsupportedModelError / YesNoTokenError: the model cannot be a PaCo evaluator (before
+            the weights load).
+        WeightsMismatchError: the checkpoint's weights do not fit its class.
+    """
     path = build_or_locate_model(args)
     lora_target_regex(args)  # an unknown target fails before the weights load
     kwargs, hub = model_init_kwargs(args)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, **kwargs)
-    processor = AutoProcessor.from_pretrained(path, **hub)
-    visual = model.model.visual
+    model, processor = load_evaluator(path, processor_kwargs=hub, **kwargs)
+    visual = vision_tower(model)
     if args.use_lora:
         model.requires_grad_(False)
     else:
         model.requires_grad_(True)
         visual.requires_grad_(not args.freeze_vision_tower)
-        visual.merger.requires_grad_(not args.freeze_merger)
+        for name in merger_module_names(visual):
+            visual.get_submodule(name).requires_grad_(not args.freeze_merger)
     return model, processor
 
 
@@ -207,6 +225,6 @@ def build_trainer(args: PacoSFTConfig, *, callbacks=None):
         train_dataset=train,
         eval_dataset=evaluation,
         processing_class=processor,
-        peft_config=lora_config(args),
+        peft_config=lora_config(args, model),
         callbacks=callbacks,
     )

@@ -1,8 +1,10 @@
 """Merge a LoRA adapter into its base model and save a plain Hugging Face folder.
 
-The result (config, safetensors weights, tokenizer, processor, chat template) loads with
-``PacoReward.from_pretrained(out)``, ``Qwen2_5_VLForConditionalGeneration.from_pretrained``
-and vLLM, like a released merged checkpoint.
+The base loads as the class its config names (any Qwen-VL family: Qwen2.5-VL, Qwen3-VL,
+...) and, like the adapter, strictly (:mod:`paco_reward.modeling`). The result (config,
+safetensors weights, tokenizer, processor, chat template) loads with
+``PacoReward.from_pretrained(out)``, ``AutoModelForImageTextToText.from_pretrained`` and
+vLLM, like a released merged checkpoint.
 
     >>> merge_lora("Qwen/Qwen2.5-VL-7B-Instruct", "runs/lora", "runs/merged")  # doctest: +SKIP
 """
@@ -27,7 +29,7 @@ def merge_lora(
     """Load ``base`` + ``adapter``, merge the LoRA weights in, save to ``output_dir``.
 
     Args:
-        base: base Qwen2.5-VL folder or hub id.
+        base: base model folder or hub id (Qwen2.5-VL, Qwen3-VL, ...).
         adapter: PEFT adapter folder (as written by :class:`PacoSFTTrainer`).
         output_dir: where the merged model and its processor files go.
         dtype: weight dtype of the saved model (default: the base model's config dtype,
@@ -39,9 +41,9 @@ def merge_lora(
 
     Raises:
         FileNotFoundError: if ``adapter`` has no ``adapter_config.json``.
+        WeightsMismatchError: a weight of the base or the adapter is missing or unexpected.
     """
-    from peft import PeftModel
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    from paco_reward.modeling import load_adapter, load_evaluator
 
     adapter, output_dir = Path(adapter), Path(output_dir)
     if not (adapter / "adapter_config.json").is_file():
@@ -51,10 +53,11 @@ def merge_lora(
         )
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(base), dtype=dtype or "auto")
-    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     processor_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
-    processor = AutoProcessor.from_pretrained(str(processor_source))
+    model, processor = load_evaluator(
+        base, processor_source=processor_source, dtype=dtype or "auto"
+    )
+    model = load_adapter(model, adapter).merge_and_unload()
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
     processor.save_pretrained(output_dir)

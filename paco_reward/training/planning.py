@@ -36,14 +36,26 @@ class SFTPlanConfig(PacoSFTConfig, PlanOptions):
                         gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
 
 
-# Qwen2.5-VL: one token per 28 x 28 pixels (14-pixel patches merged 2 x 2); the processor's
-# default ceiling when a recipe sets none.
-PIXELS_PER_TOKEN = 28 * 28
-DEFAULT_MAX_PIXELS = 12_845_056
+# The processor's default ceiling when a recipe sets none, by model type (Qwen2.5-VL's for
+# any other).
+DEFAULT_MAX_PIXELS = {"qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216}
 # Text around the two images: the rendered instruction (about 150 tokens of the consistency
 # template) and the answer (Yes/No and its reason), which is all the loss reads.
 PROMPT_TOKENS = 192
 ANSWER_TOKENS = 256
+
+
+def pixels_per_token(config: dict) -> int:
+    """Pixels of one vision token of the model ``config`` describes: (patch size x spatial
+    merge)², 28 x 28 for Qwen2.5-VL, 32 x 32 for Qwen3-VL.
+
+    Example:
+        >>> pixels_per_token({"vision_config": {"patch_size": 16, "spatial_merge_size": 2}})
+        1024
+    """
+    vision = config.get("vision_config", {})
+    side = vision.get("patch_size", 14) * vision.get("spatial_merge_size", 2)
+    return side * side
 
 
 def _language_model_forward(model, batch: int, image_tokens: int, dtype):
@@ -80,10 +92,11 @@ def plan_sft(
 
     dtype = config.model_dtype if config.model_dtype != "auto" else "bfloat16"
     torch_dtype = getattr(torch, dtype)
-    model = build_empty(model_config(config.model_name_or_path), torch_dtype)
+    architecture = model_config(config.model_name_or_path)
+    model = build_empty(architecture, torch_dtype)
     base = count_parameters(model)
     model.requires_grad_(False)
-    lora = lora_config(config)
+    lora = lora_config(config, model)
     if lora is not None:
         with torch.device("meta"):
             model = get_peft_model(model, lora)
@@ -106,8 +119,10 @@ def plan_sft(
         )  # fmt: skip
         for label, n, div in states
     ]
-    pixels = config.image_max_pixels or DEFAULT_MAX_PIXELS
-    image_tokens = pixels // PIXELS_PER_TOKEN
+    pixels = config.image_max_pixels or DEFAULT_MAX_PIXELS.get(
+        architecture.get("model_type"), DEFAULT_MAX_PIXELS["qwen2_5_vl"]
+    )
+    image_tokens = pixels // pixels_per_token(architecture)
     batch = config.per_device_train_batch_size
     forward, length = _language_model_forward(
         model.get_base_model() if lora else model, batch, image_tokens, torch_dtype

@@ -27,10 +27,21 @@ from paco_reward.training.loss import LOSS_MODES
 
 TOY_DATASET = "toy-colour-pairs"
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
-# Linear layers of Qwen2.5-VL's language model (attention + MLP), matched only inside
-# ``language_model`` so the vision tower's identically named MLP layers are left alone.
+# Linear layers of a Qwen-VL language model (attention + MLP; the same names in Qwen2.5-VL and
+# Qwen3-VL), matched only inside ``language_model`` so the vision tower's identically named
+# MLP layers are left alone.
 LM_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-VISION_LINEAR_LAYERS = ("qkv", "proj", "gate_proj", "up_proj", "down_proj")
+# Linear layers of a vision block: attention qkv/proj, then Qwen2.5-VL's gated MLP
+# (gate/up/down_proj) or Qwen3-VL's (linear_fc1/fc2); each family matches its own.
+VISION_LINEAR_LAYERS = (
+    "qkv",
+    "proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "linear_fc1",
+    "linear_fc2",
+)
 # This config's names of activation checkpointing -> TrainingArguments' (transformers 5).
 CHECKPOINTING = {
     "gradient_checkpointing": "activation_checkpointing",
@@ -95,7 +106,10 @@ class PacoSFTConfig(SFTConfig):
     # ------------------------------------------------------------------ model
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "Qwen2.5-VL model folder or hub id (e.g. Qwen/Qwen2.5-VL-7B-Instruct)."},
+        metadata={
+            "help": "Qwen-VL-family model folder or hub id, loaded as the class its config names "
+            "(e.g. Qwen/Qwen2.5-VL-7B-Instruct, Qwen/Qwen3-VL-8B-Instruct)."
+        },
     )
     tiny_model: bool = field(
         default=False,
@@ -129,8 +143,8 @@ class PacoSFTConfig(SFTConfig):
     model_init_kwargs: dict[str, Any] | str | None = field(
         default=None,
         metadata={
-            "help": "Other keyword arguments of Qwen2_5_VLForConditionalGeneration."
-            "from_pretrained (trl's name), e.g. {revision: v1.0, device_map: auto, "
+            "help": "Other keyword arguments of the model's from_pretrained "
+            "(AutoModelForImageTextToText; trl's name), e.g. {revision: v1.0, device_map: auto, "
             "low_cpu_mem_usage: true}. The hub ones (revision, cache_dir, token, "
             "local_files_only) load the processor too. The dtype and attention kernel are "
             "model_dtype and attn_implementation; device_map is dropped when several "
@@ -169,8 +183,8 @@ class PacoSFTConfig(SFTConfig):
     freeze_merger: bool = field(
         default=True,
         metadata={
-            "help": "Keep the vision-language merger frozen. False trains it (with LoRA it is "
-            "saved with the adapter as a module to save)."
+            "help": "Keep the vision-language merger (and Qwen3-VL's DeepStack mergers) frozen. "
+            "False trains them (with LoRA they are saved with the adapter as modules to save)."
         },
     )
     # ------------------------------------------------------------------ data

@@ -18,7 +18,7 @@ PaCo-Reward needs:
 
     >>> model, processor = load_model_and_processor(cfg)                # doctest: +SKIP
     >>> trainer = PacoSFTTrainer(model, cfg, train_dataset=train, eval_dataset=test,
-    ...                          processing_class=processor, peft_config=lora_config(cfg))  # doctest: +SKIP
+    ...                          processing_class=processor, peft_config=lora_config(cfg, model))  # doctest: +SKIP
     >>> trainer.train()                                                 # doctest: +SKIP
 """
 
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from trl import SFTTrainer
 
+from paco_reward.modeling import load_vision_language_model
 from paco_reward.training.callbacks import MetricsFileCallback
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
 from paco_reward.training.loss import first_token_weighted_loss, loss_normaliser
@@ -45,12 +46,12 @@ class PacoSFTTrainer(SFTTrainer):
     """SFT trainer of the PaCo pairwise evaluator (see the module docstring).
 
     Args:
-        model: the loaded Qwen2.5-VL (see :func:`~paco_reward.training.loading.load_model_and_processor`).
+        model: the loaded Qwen-VL-family model (see :func:`~paco_reward.training.loading.load_model_and_processor`).
         args: :class:`PacoSFTConfig`.
         train_dataset / eval_dataset: pair-schema datasets.
         processing_class: the model's processor.
         data_collator: defaults to :class:`PacoSFTCollator` with the recipe's pixel caps.
-        peft_config: a ``peft.LoraConfig`` (``lora_config(args)``), or ``None`` to train the
+        peft_config: a ``peft.LoraConfig`` (``lora_config(args, model)``), or ``None`` to train the
             model as loaded.
     """
 
@@ -141,7 +142,7 @@ class PacoSFTTrainer(SFTTrainer):
             or self.is_deepspeed_enabled
         ):
             return False
-        reloaded = type(model).from_pretrained(checkpoint, dtype=model.dtype)
+        reloaded = load_vision_language_model(checkpoint, type(model), dtype=model.dtype)
         model.load_state_dict(reloaded.state_dict(), strict=True)
         return True
 

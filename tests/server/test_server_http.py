@@ -233,3 +233,24 @@ def test_ascore_pairs_in_process_runs_in_a_thread(tiny_reward, random_images):
         asyncio.run(tiny_reward.ascore_pairs(pairs, symmetric=True)),
         tiny_reward.score_pairs(pairs, symmetric=True),
     )
+
+
+def test_a_qwen3_vl_evaluator_serves_its_budget_and_scores_as_in_process(
+    tiny_qwen3_vl_dir, random_images
+):
+    """The server holds whatever family the folder's config names; its client reads the
+    served model's budget (32 x 32 pixels a token for Qwen3-VL) and scores as in-process."""
+    local = PacoReward.from_pretrained(tiny_qwen3_vl_dir)
+    app = create_app(local.backend, ServerConfig("tiny-qwen3-vl", max_batch_size=8))
+    with ServerThread(app) as server:
+        remote = PacoReward.from_server(server.base_url, "tiny-qwen3-vl", retries=1, timeout=30.0)
+        try:
+            assert remote.backend.image_policy == local.backend.image_policy
+            assert remote.backend.image_policy.factor == 32
+            images = random_images(3, size=(64, 48), seed=4)
+            pairs = [(images[0], images[1], "a fox"), (images[1], images[2], "a fox")]
+            np.testing.assert_allclose(
+                remote.score_pairs(pairs), local.score_pairs(pairs), atol=TOL
+            )
+        finally:
+            remote.backend.close()

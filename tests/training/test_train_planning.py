@@ -1,23 +1,28 @@
 """``paco-reward plan``: the paper's SFT recipe planned from Qwen2.5-VL-7B's real
-architecture on 8 processes under ZeRO-2, its LoRA counted here from the config's widths."""
+architecture on 8 processes under ZeRO-2, its LoRA counted here from the config's widths;
+the Qwen3-VL-8B recipe's LoRA targets exist in Qwen3-VL-8B's real architecture."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from paco_reward.architectures import model_config
 from paco_reward.planning import GiB
 
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
 
 def _lora_parameters(config: dict, r: int) -> int:
     """r x (in + out) of every linear layer of the language model (the recipe's targets)."""
     h, inter = config["hidden_size"], config["intermediate_size"]
-    kv = config["num_key_value_heads"] * h // config["num_attention_heads"]
-    shapes = [(h, h), (h, kv), (h, kv), (h, h), (h, inter), (h, inter), (inter, h)]
+    head = config.get("head_dim", h // config["num_attention_heads"])
+    q, kv = config["num_attention_heads"] * head, config["num_key_value_heads"] * head
+    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)]
     return config["num_hidden_layers"] * sum(r * (i + o) for i, o in shapes)
 
 
@@ -48,3 +53,37 @@ def test_an_unknown_model_is_named():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "'org/not-a-model'" in proc.stderr and "local folder" in proc.stderr
+
+
+def test_the_qwen3_vl_recipe_adapts_layers_its_real_architecture_has():
+    """Qwen3-VL-8B-Instruct (its published config, on the meta device): every LoRA target
+    of the recipe is a linear layer of each of its 36 decoder layers, and the plan counts
+    the model, the LoRA and 32 x 32 pixels a vision token."""
+    import torch
+    from peft import get_peft_model
+
+    from paco_reward.architectures import build_empty
+    from paco_reward.training.cli import load_recipe
+    from paco_reward.training.loading import lora_config
+    from paco_reward.training.planning import plan_sft
+
+    cfg = load_recipe(RECIPES / "paco_reward_qwen3_vl_8b_lora.yaml", ["--use_cpu", "true"])
+    architecture = model_config(cfg.model_name_or_path)
+    with torch.device("meta"):
+        model = build_empty(architecture)
+        model = get_peft_model(model, lora_config(cfg, model))
+    text = architecture["text_config"]
+    for name in cfg.lora_target_modules:
+        adapted = [
+            n for n, m in model.named_modules() if n.endswith(f".{name}") and hasattr(m, "lora_A")
+        ]
+        assert len(adapted) == text["num_hidden_layers"], name
+        assert all(".language_model.layers." in n for n in adapted), name
+
+    plan = plan_sft(cfg, num_processes=8, gpu_memory_gb=80, sharded=True)
+    parts = {c.name: c for c in plan.components}
+    assert parts["model (Qwen3VLForConditionalGeneration)"].parameters == pytest.approx(
+        8.77e9, rel=0.01
+    )
+    assert parts["LoRA parameters"].parameters == _lora_parameters(text, r=32)
+    assert plan.facts["image_tokens_per_image"] == 2_097_152 // (32 * 32)
