@@ -2,7 +2,8 @@
 
 One stock vLLM server (``python -m vllm.entrypoints.openai.api_server``, 127.0.0.1) and one
 in-process ``vllm.LLM`` serve the session, on a tiny Qwen2.5-VL whose heads vLLM's CPU
-kernels accept; the transformers backend on the same folder is the reference.
+kernels accept (and, in one test, a tiny Qwen3-VL); the transformers backend on the same
+folder is the reference.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from peer_settings import EXACT, SERVED_NAME
+from peer_settings import EXACT, LLM_KWARGS, SERVED_NAME
 from PIL import Image
 
 from paco_reward import PacoReward
@@ -139,3 +139,32 @@ def test_readme_vllm_example_as_written(vllm_server, reference, images, tmp_path
     exec(compile(code, "README.md", "exec"), namespace)
     expected = reference.score(images[1], images[3], THEME)
     assert namespace["score"] == pytest.approx(expected, abs=EXACT)
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl_dir(tmp_path_factory):
+    """A tiny Qwen3-VL evaluator whose heads vLLM's CPU kernels accept (32 wide), with widely
+    spread weights and 1 to 16 vision tokens per image."""
+    from paco_reward.testing.qwen3_vl import build_tiny_qwen3_vl
+
+    return build_tiny_qwen3_vl(
+        tmp_path_factory.mktemp("tiny-vllm-qwen3") / "model",
+        seed=0,
+        max_pixels=16 * 32 * 32,
+        vllm_compatible=True,
+        text_config={"initializer_range": 0.3},
+        vision_config={"initializer_range": 0.3},
+    )
+
+
+def test_in_process_vllm_is_exact_on_qwen3_vl(qwen3_vl_dir, images):
+    """The Qwen3-VL family through vLLM (its DeepStack vision features included) scores as
+    the transformers backend does, method by method."""
+    reference = PacoReward.from_pretrained(qwen3_vl_dir)
+    engine = PacoReward.from_pretrained(qwen3_vl_dir, backend="vllm", **LLM_KWARGS)
+    try:
+        assert engine.backend.image_policy == reference.backend.image_policy
+        worst = assert_same_as_reference(engine, reference, images)
+        print(f"\nin-process vLLM vs transformers on Qwen3-VL: max |diff| = {worst:.2e}")
+    finally:
+        engine.backend.close()
