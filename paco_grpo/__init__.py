@@ -16,7 +16,7 @@ from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler, FlowGRPOSchedulerOutput
 from paco_grpo.sde import cps_step, sde_step
-from paco_grpo.timesteps import FluxSchedule, flux_schedule
+from paco_grpo.timesteps import FluxSchedule, flux_schedule, sd3_schedule
 
 __version__ = "0.1.0"
 
@@ -30,5 +30,6 @@ __all__ = [
     "compute_advantages",
     "cps_step",
     "flux_schedule",
+    "sd3_schedule",
     "sde_step",
 ]

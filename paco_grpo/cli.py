@@ -4,6 +4,7 @@
     paco-grpo plan recipes/grpo_flux_t2is.yaml --num_processes 8 --gpu_memory_gb 80 [--json]
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
+    paco-grpo tiny-sd3 tiny_sd3            # tiny offline Stable Diffusion 3.5
 
 Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
@@ -40,6 +41,14 @@ class TinyEditArguments:
     pipeline: Literal["flux_kontext", "qwen_image_edit"] = config_field(
         "flux_kontext", help="Which editing pipeline to build."
     )
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class TinySD3Arguments:
+    """Build the tiny offline Stable Diffusion 3.5 pipeline folder of its CPU recipe."""
+
+    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
     seed: int = config_field(0, help="Seed of the random weights.")
 
 
@@ -85,11 +94,19 @@ def tiny_edit(args: TinyEditArguments) -> int:
     return 0
 
 
+def tiny_sd3(args: TinySD3Arguments) -> int:
+    from paco_grpo.testing.sd3 import build_tiny_sd3
+
+    print(build_tiny_sd3(args.output_dir, seed=args.seed))
+    return 0
+
+
 COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
     Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
     Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
+    Command("tiny-sd3", TinySD3Arguments, tiny_sd3, "Build the tiny offline Stable Diffusion 3.5."),
 ]
 
 

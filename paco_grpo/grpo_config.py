@@ -243,7 +243,7 @@ class GRPOConfig:
     # ---- model
     model_name_or_path: str = field(
         metadata={
-            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image-Edit)."
+            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image-Edit, stabilityai/stable-diffusion-3.5-large)."
         }
     )
     prompt_file: str = field(

@@ -59,6 +59,8 @@ def _forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_
              reference_tokens: int, dtype):  # fmt: skip
     """A call of ``model`` on meta inputs of these shapes, as the policy calls it."""
     meta = {"device": "meta", "dtype": dtype}
+    if config["_class_name"] == "SD3Transformer2DModel":
+        return _sd3_forward(model, config, batch, image_tokens, text_tokens, meta)
     text = torch.empty(batch, text_tokens, config["joint_attention_dim"], **meta)
     tokens = image_tokens + reference_tokens
     latents = torch.empty(batch, tokens, config["in_channels"], **meta)
@@ -77,6 +79,19 @@ def _forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_
                          pooled_projections=pooled, encoder_hidden_states=text,
                          txt_ids=torch.zeros(text_tokens, 3, device="meta"), img_ids=ids,
                          joint_attention_kwargs={}, return_dict=False)[0]  # fmt: skip
+
+
+def _sd3_forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_tokens: int,
+                 meta: dict):  # fmt: skip
+    """SD3's call: unpacked latents (the transformer patchifies), 77 CLIP tokens before the
+    ``text_tokens`` T5 tokens, no position ids."""
+    side = int(image_tokens**0.5) * config["patch_size"]
+    latents = torch.empty(batch, config["in_channels"], side, side, **meta)
+    text = torch.empty(batch, 77 + text_tokens, config["joint_attention_dim"], **meta)
+    pooled = torch.empty(batch, config["pooled_projection_dim"], **meta)
+    timestep = torch.empty(batch, **meta)
+    return lambda: model(hidden_states=latents, timestep=timestep, encoder_hidden_states=text,
+                         pooled_projections=pooled, return_dict=False)[0]  # fmt: skip
 
 
 def transformer_activation_bytes(

@@ -6,7 +6,9 @@ Published sizes: the parameter counts Hugging Face Hub shows for each model's sa
 Qwen3-VL-8B-Instruct 8.77 B, Qwen-Image transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
 open_clip's model table for CLIP-ViT-H-14 (986.1 M) and ViT-L-14's text tower (123.65 M,
 with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE for Qwen-Image's
-(127 M).
+(127 M), Stable Diffusion 3.5 Large's 8.1 B transformer (its model card) with FLUX.1's VAE shape
+(83.8 M) and open_clip's ViT-bigG-14 text tower (694.66 M, projection included, as
+CLIPTextModelWithProjection builds it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ PUBLISHED = {
     ("Qwen/Qwen-Image-Edit", "transformer"): 20.4e9,
     ("Qwen/Qwen-Image-Edit", "vae"): 127e6,
     ("Qwen/Qwen-Image-Edit", "text_encoder"): 8.29e9,
+    ("stabilityai/stable-diffusion-3.5-large", "transformer"): 8.1e9,
+    ("stabilityai/stable-diffusion-3.5-large", "vae"): 83.8e6,
+    ("stabilityai/stable-diffusion-3.5-large", "text_encoder"): 123.65e6,
+    ("stabilityai/stable-diffusion-3.5-large", "text_encoder_2"): 694.66e6,
+    ("stabilityai/stable-diffusion-3.5-large", "text_encoder_3"): 4.76e9,
     ("X-GenGroup/PaCo-Reward-7B", None): 8.29e9,
     ("Qwen/Qwen2.5-VL-7B-Instruct", None): 8.29e9,
     ("Qwen/Qwen3-VL-8B-Instruct", None): 8.77e9,

@@ -26,6 +26,15 @@ _FLUX1 = {
     "text_encoder": "clip_vit_l_14_text.json",
     "text_encoder_2": "t5_v1_1_xxl_encoder.json",
 }
+# Stable Diffusion 3.5 Large: CLIP-L and OpenCLIP bigG text towers with their projections, and
+# the T5 v1.1 XXL encoder FLUX.1-dev also uses.
+_SD35_LARGE = {
+    "transformer": "sd35_large_transformer.json",
+    "vae": "sd35_vae.json",
+    "text_encoder": "clip_vit_l_14_text_projection.json",
+    "text_encoder_2": "clip_vit_bigg_14_text_projection.json",
+    "text_encoder_3": "t5_v1_1_xxl_encoder.json",
+}
 # Hub id -> component -> shipped file. FLUX.1-Kontext-dev has FLUX.1-dev's architecture (the
 # reference image is more tokens, not more weights); Qwen-Image-Edit's text encoder is
 # Qwen2.5-VL-7B-Instruct, the evaluator's base (shipped with paco_reward).
@@ -37,6 +46,7 @@ PIPELINES: dict[str, dict[str, str]] = {
         "vae": "qwen_image_vae.json",
         "text_encoder": "reward:qwen2_5_vl_7b.json",
     },
+    "stabilityai/stable-diffusion-3.5-large": _SD35_LARGE,
 }
 
 

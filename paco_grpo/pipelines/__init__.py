@@ -4,7 +4,9 @@
 - ``flux_kontext``: FLUX.1-Kontext editing (``FluxKontextPipeline``,
   :class:`KontextGRPOSampler`);
 - ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
-  :class:`QwenImageEditGRPOSampler`).
+  :class:`QwenImageEditGRPOSampler`);
+- ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
+  :class:`SD3GRPOSampler`).
 
 Shared pieces: :mod:`~paco_grpo.pipelines.sampling` (the sampler interface the trainer
 calls, :class:`SampleOutput`, the denoising loop :func:`sde_denoise`),
@@ -16,7 +18,7 @@ To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux_kontext', 'qwen_image_edit']
+    ['flux', 'flux_kontext', 'qwen_image_edit', 'sd3']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -41,6 +43,7 @@ from paco_grpo.pipelines.sampling import (
     check_sampling_inputs,
     sde_denoise,
 )
+from paco_grpo.pipelines.sd3 import SD3GRPOSampler
 
 __all__ = [
     "PIPELINE_SPECS",
@@ -52,6 +55,7 @@ __all__ = [
     "PipelineSpec",
     "PromptEmbeddings",
     "QwenImageEditGRPOSampler",
+    "SD3GRPOSampler",
     "SampleOutput",
     "area_preserving_size",
     "check_sampling_inputs",

@@ -7,5 +7,11 @@ Each builder writes an ordinary diffusers folder that loads through the same
 from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
 from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
+from paco_grpo.testing.sd3 import build_tiny_sd3
 
-__all__ = ["build_tiny_flux", "build_tiny_flux_kontext", "build_tiny_qwen_image_edit"]
+__all__ = [
+    "build_tiny_flux",
+    "build_tiny_flux_kontext",
+    "build_tiny_qwen_image_edit",
+    "build_tiny_sd3",
+]

@@ -59,6 +59,7 @@ def models(tmp_path_factory):
     from paco_grpo.testing.flux import build_tiny_flux
     from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
     from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
+    from paco_grpo.testing.sd3 import build_tiny_sd3
     from paco_reward.testing.clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("launch-models")
@@ -66,6 +67,7 @@ def models(tmp_path_factory):
         "flux": build_tiny_flux(root / "flux"),
         "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
         "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
+        "sd3": build_tiny_sd3(root / "sd3"),
         "clip": build_tiny_clip(root / "clip"),
     }
 
@@ -73,7 +75,7 @@ def models(tmp_path_factory):
 def _overrides(recipe: str, models: dict) -> dict:
     pipeline = GRPOConfig.from_yaml(recipe).pipeline
     out = {**FAST, "model_name_or_path": str(models[pipeline])}
-    if pipeline == "flux":
+    if pipeline in ("flux", "sd3"):
         return {
             **out,
             "train.resolution": 32,
@@ -149,6 +151,7 @@ def test_every_real_size_recipe_names_a_launch():
         "grpo_flux_t2is.yaml",
         "grpo_kontext_edit.yaml",
         "grpo_qwen_image_edit.yaml",
+        "grpo_sd35_t2is.yaml",
     }
 
 

@@ -62,6 +62,36 @@ def test_the_paper_recipe_planned_on_eight_80_gb_gpus():
     assert plan["optimizer_steps_per_epoch"] == 1
 
 
+def test_the_sd35_recipe_plans_from_the_real_architecture():
+    """SD3.5 Large: its 8.1 B transformer, the LoRA on the recipe's targets (303 Linear
+    layers: 8 projections in 38 joint blocks, the last without ``to_add_out``), CFG's two
+    calls per backward, and the verdict the recipe's comment quotes."""
+    cfg = GRPOConfig.from_yaml("recipes/grpo_sd35_t2is.yaml")
+    assert cfg.pipeline == "sd3" and cfg.negative_prompt == ""
+    config = pipeline_configs(cfg.model_name_or_path)["transformer"]
+    model = build_empty(config)
+    adapted = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and any(name.endswith(t) for t in cfg.lora_target_modules)
+    ]
+    assert len(adapted) == 38 * 8 - 1 == 303
+    assert all(any(n.endswith(t) for n in adapted) for t in cfg.lora_target_modules)
+
+    plan = plan_grpo(cfg, num_processes=8, gpu_memory_gb=80)
+    parts = {c.name: c for c in plan.components}
+    transformer = parts["transformer (SD3Transformer2DModel)"]
+    assert transformer.parameters == pytest.approx(8.1e9, rel=0.01)
+    assert parts["text_encoder_3 (T5EncoderModel)"].parameters == pytest.approx(4.76e9, rel=0.01)
+    lora = _lora_parameters(config, cfg.lora_target_modules, cfg.lora_r)
+    assert parts["LoRA parameters"].parameters == lora
+    (activations,) = [c for c in plan.components if c.kind == "activations"]
+    assert "true CFG x2" in activations.name and activations.bytes > 0
+    assert plan.fits is True
+    verdict = f"{plan.per_process_bytes / GiB:.1f} GiB of"
+    assert f"fits, {verdict}" in open("recipes/grpo_sd35_t2is.yaml").read()
+
+
 def test_served_rewards_and_sharding_take_their_memory_away():
     cfg = GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml")
     local = plan_grpo(cfg, num_processes=8)

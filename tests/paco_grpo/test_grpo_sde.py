@@ -1,4 +1,5 @@
 """sde_step against its closed form; a = 0 is diffusers' Euler step; FLUX's shifted schedule;
+SD3.5's static shift;
 cps_step's edge cases and the scheduler's dispatch (its formula: tests/reference/test_ref_cps.py)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from scipy.stats import norm
 
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.sde import cps_step, sde_step
-from paco_grpo.timesteps import flux_schedule, image_seq_len
+from paco_grpo.timesteps import flux_schedule, image_seq_len, sd3_schedule
 
 
 def _closed_form(x, v, sigma, sigma_next, a, sigma_max, eps):
@@ -160,3 +161,26 @@ def test_higher_resolution_shifts_sigmas_up():
 def test_schedule_rejects_zero_steps():
     with pytest.raises(ValueError, match="num_steps must be >= 1"):
         flux_schedule(FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True), 0, 64)
+
+
+def test_sd3_schedule_is_the_static_shift_closed_form_at_any_resolution():
+    """SD3.5's scheduler (shift 3, no dynamic shifting): the scheduler's own sigmas, from 1 to
+    its shifted sigma_min, shifted by 3; the same at every resolution; mu = log(3)."""
+    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0)
+
+    def shift(s):
+        return 3 * s / (1 + 2 * s)
+
+    t = np.linspace(1.0, shift(1 / 1000), 10)
+    for seq in (1024, 4096):
+        schedule = sd3_schedule(scheduler, 10, seq)
+        np.testing.assert_allclose(schedule.sigmas[:-1].numpy(), shift(t), rtol=1e-6)
+        assert float(schedule.sigmas[-1]) == 0.0
+        np.testing.assert_allclose(schedule.timesteps.numpy(), shift(t) * 1000, rtol=1e-5)
+        assert schedule.mu == pytest.approx(math.log(3.0))
+    # with dynamic shifting it follows the resolution as the pipeline does
+    dynamic = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, max_shift=1.2)
+    assert sd3_schedule(dynamic, 10, 4096).mu == pytest.approx(1.2)
+    assert sd3_schedule(dynamic, 10, 256).mu == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+        sd3_schedule(scheduler, 0, 64)
