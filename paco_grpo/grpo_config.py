@@ -39,6 +39,7 @@ __all__ = [
     "EDIT_PIPELINES",
     "PIPELINES",
     "QWEN_IMAGE_LORA_TARGETS",
+    "FLUX2_LORA_TARGETS",
 ]
 
 # Attention projections shared by FLUX's double-stream and Qwen-Image's dual-stream blocks.
@@ -67,6 +68,16 @@ QWEN_IMAGE_LORA_TARGETS = [
     "img_mlp.net.2",
     "txt_mlp.net.0.proj",
     "txt_mlp.net.2",
+]
+# FLUX.2's double-stream projections (feed-forwards named linear_in/linear_out) and the single-
+# stream blocks' fused QKV + MLP input projection (FLUX.1's single blocks had attn.to_q/k/v).
+FLUX2_LORA_TARGETS = [
+    *_JOINT_ATTENTION_LORA_TARGETS,
+    "ff.linear_in",
+    "ff.linear_out",
+    "ff_context.linear_in",
+    "ff_context.linear_out",
+    "attn.to_qkv_mlp_proj",
 ]
 # Policy pipelines (paco_grpo.pipelines' registry), and those that edit a reference image per
 # prompt, and those whose guidance is true CFG with a negative prompt.

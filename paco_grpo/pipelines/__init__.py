@@ -4,7 +4,9 @@
 - ``flux_kontext``: FLUX.1-Kontext editing (``FluxKontextPipeline``,
   :class:`KontextGRPOSampler`);
 - ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
-  :class:`QwenImageEditGRPOSampler`).
+  :class:`QwenImageEditGRPOSampler`);
+- ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
+  ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`).
 
 Shared pieces: :mod:`~paco_grpo.pipelines.sampling` (the sampler interface the trainer
 calls, :class:`SampleOutput`, the denoising loop :func:`sde_denoise`),
@@ -16,7 +18,7 @@ To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux_kontext', 'qwen_image_edit']
+    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image_edit']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -27,6 +29,7 @@ from paco_grpo.pipelines.editing import (
     resize_to_area,
 )
 from paco_grpo.pipelines.flux import FlowGRPOSampler, PromptEmbeddings
+from paco_grpo.pipelines.flux2 import Flux2Conditioning, Flux2GRPOSampler
 from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
 from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
 from paco_grpo.pipelines.registry import (
@@ -47,6 +50,8 @@ __all__ = [
     "EditConditioning",
     "EditGRPOSampler",
     "FlowGRPOSampler",
+    "Flux2Conditioning",
+    "Flux2GRPOSampler",
     "GRPOSampler",
     "KontextGRPOSampler",
     "PipelineSpec",

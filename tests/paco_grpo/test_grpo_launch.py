@@ -55,6 +55,7 @@ def launch_config(recipe: str) -> tuple[Path, int]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     from paco_grpo.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux2 import build_tiny_flux2, build_tiny_flux2_klein
     from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
     from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
     from paco_reward.testing.clip import build_tiny_clip
@@ -64,6 +65,8 @@ def models(tmp_path_factory):
         "flux": build_tiny_flux(root / "flux"),
         "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
         "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
+        "flux2": build_tiny_flux2(root / "flux2"),
+        "flux2_klein": build_tiny_flux2_klein(root / "flux2_klein"),
         "clip": build_tiny_clip(root / "clip"),
     }
 
@@ -71,7 +74,7 @@ def models(tmp_path_factory):
 def _overrides(recipe: str, models: dict) -> dict:
     pipeline = GRPOConfig.from_yaml(recipe).pipeline
     out = {**FAST, "model_name_or_path": str(models[pipeline])}
-    if pipeline == "flux":
+    if pipeline in ("flux", "flux2", "flux2_klein"):  # text-to-image sets
         return {
             **out,
             "train.resolution": 32,
