@@ -299,7 +299,7 @@ class GRPOConfig:
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1; Qwen-Image's examples use ' ', Flux2KleinPipeline uses '', and step-distilled klein models run no CFG)."
         },
     )
     item_resolution_overrides: bool = field(
@@ -308,7 +308,9 @@ class GRPOConfig:
             "help": "Use each prompt item's height/width instead of train/test.resolution (editing pipelines: height x width is the reference area). Off by default: T2IS metadata says 1024 for every item, which would undo the 512 training resolution."
         },
     )
-    max_sequence_length: int = field(default=512, metadata={"help": "T5 tokens per prompt."})
+    max_sequence_length: int = field(
+        default=512, metadata={"help": "Text-encoder tokens per prompt (T5 for FLUX.1)."}
+    )
     dtype: str = field(
         default="float32", metadata={"help": f"Dtype of the frozen weights, one of {DTYPES}."}
     )

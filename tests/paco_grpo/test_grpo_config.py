@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from paco_grpo.cli import TinyEditArguments, TinyFluxArguments, main
+from paco_grpo.cli import TinyEditArguments, TinyFlux2Arguments, TinyFluxArguments, main
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
 from paco_reward.command_line import parse_config
 
@@ -26,7 +26,11 @@ RUNNABLE = sorted(
     if "paco-grpo train " in p.read_text().splitlines()[0]
 )
 # Builders of the tiny offline pipelines, and the pipeline each builds by default.
-BUILDERS = {"tiny-flux": (TinyFluxArguments, "flux"), "tiny-edit": (TinyEditArguments, None)}
+BUILDERS = {
+    "tiny-flux": (TinyFluxArguments, "flux"),
+    "tiny-edit": (TinyEditArguments, None),
+    "tiny-flux2": (TinyFlux2Arguments, None),
+}
 
 
 def first_line_commands(recipe: str) -> tuple[list[str] | None, list[str], list[list[str]]]:
