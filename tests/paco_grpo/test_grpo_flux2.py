@@ -11,7 +11,7 @@ import torch
 from diffusers import Flux2KleinPipeline, Flux2Pipeline
 from safetensors.torch import load_file
 
-from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.grpo_config import FLUX2_LORA_TARGETS, GRPOConfig
 from paco_grpo.pipelines import Flux2GRPOSampler, get_pipeline_spec
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux2 import build_tiny_flux2, build_tiny_flux2_klein
@@ -155,6 +155,7 @@ def test_recipe_lora_targets_exist_in_the_real_transformer(hub_id, recipe):
 
     config = GRPOConfig.from_yaml(recipe)
     assert config.model_name_or_path == hub_id
+    assert sorted(config.lora_target_modules) == sorted(FLUX2_LORA_TARGETS)
     transformer = build_empty(pipeline_configs(hub_id)["transformer"])
     linears = [n for n, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)]
     for target in config.lora_target_modules:
