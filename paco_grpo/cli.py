@@ -5,6 +5,7 @@
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
     paco-grpo tiny-sd3 tiny_sd3            # tiny offline Stable Diffusion 3.5
+    paco-grpo tiny-flux2 tiny_flux2_klein  # tiny offline FLUX.2-klein (or --pipeline flux2)
 
 Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
@@ -49,6 +50,17 @@ class TinySD3Arguments:
     """Build the tiny offline Stable Diffusion 3.5 pipeline folder of its CPU recipe."""
 
     output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class TinyFlux2Arguments:
+    """Build a tiny offline FLUX.2 pipeline folder (FLUX.2-klein base or FLUX.2-dev shaped)."""
+
+    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
+    pipeline: Literal["flux2_klein", "flux2"] = config_field(
+        "flux2_klein", help="Which FLUX.2 pipeline to build."
+    )
     seed: int = config_field(0, help="Seed of the random weights.")
 
 
@@ -101,12 +113,23 @@ def tiny_sd3(args: TinySD3Arguments) -> int:
     return 0
 
 
+def tiny_flux2(args: TinyFlux2Arguments) -> int:
+    from paco_grpo.testing import flux2
+
+    build = (
+        flux2.build_tiny_flux2_klein if args.pipeline == "flux2_klein" else flux2.build_tiny_flux2
+    )
+    print(build(args.output_dir, seed=args.seed))
+    return 0
+
+
 COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
     Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
     Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
     Command("tiny-sd3", TinySD3Arguments, tiny_sd3, "Build the tiny offline Stable Diffusion 3.5."),
+    Command("tiny-flux2", TinyFlux2Arguments, tiny_flux2, "Build a tiny offline FLUX.2 pipeline."),
 ]
 
 

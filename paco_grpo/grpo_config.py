@@ -39,6 +39,7 @@ __all__ = [
     "EDIT_PIPELINES",
     "PIPELINES",
     "QWEN_IMAGE_LORA_TARGETS",
+    "FLUX2_LORA_TARGETS",
 ]
 
 # Attention projections shared by FLUX's double-stream and Qwen-Image's dual-stream blocks.
@@ -67,6 +68,16 @@ QWEN_IMAGE_LORA_TARGETS = [
     "img_mlp.net.2",
     "txt_mlp.net.0.proj",
     "txt_mlp.net.2",
+]
+# FLUX.2's double-stream projections (feed-forwards named linear_in/linear_out) and the single-
+# stream blocks' fused QKV + MLP input projection (FLUX.1's single blocks had attn.to_q/k/v).
+FLUX2_LORA_TARGETS = [
+    *_JOINT_ATTENTION_LORA_TARGETS,
+    "ff.linear_in",
+    "ff.linear_out",
+    "ff_context.linear_in",
+    "ff_context.linear_out",
+    "attn.to_qkv_mlp_proj",
 ]
 # Policy pipelines (paco_grpo.pipelines' registry), and those that edit a reference image per
 # prompt, and those whose guidance is true CFG with a negative prompt.
@@ -288,7 +299,7 @@ class GRPOConfig:
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1; Qwen-Image's examples use ' ', Flux2KleinPipeline uses '', and step-distilled klein models run no CFG)."
         },
     )
     item_resolution_overrides: bool = field(
@@ -297,7 +308,9 @@ class GRPOConfig:
             "help": "Use each prompt item's height/width instead of train/test.resolution (editing pipelines: height x width is the reference area). Off by default: T2IS metadata says 1024 for every item, which would undo the 512 training resolution."
         },
     )
-    max_sequence_length: int = field(default=512, metadata={"help": "T5 tokens per prompt."})
+    max_sequence_length: int = field(
+        default=512, metadata={"help": "Text-encoder tokens per prompt (T5 for FLUX.1)."}
+    )
     dtype: str = field(
         default="float32", metadata={"help": f"Dtype of the frozen weights, one of {DTYPES}."}
     )

@@ -72,6 +72,13 @@ def _forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_
         return lambda: model(hidden_states=latents, timestep=timestep, guidance=None,
                              encoder_hidden_states=text, encoder_hidden_states_mask=mask,
                              img_shapes=shapes, attention_kwargs={}, return_dict=False)[0]  # fmt: skip
+    if config["_class_name"].startswith("Flux2"):  # 4-D ids, no pooled text
+        guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None
+        return lambda: model(hidden_states=latents, timestep=timestep, guidance=guidance,
+                             encoder_hidden_states=text,
+                             txt_ids=torch.zeros(batch, text_tokens, 4, device="meta"),
+                             img_ids=torch.zeros(batch, tokens, 4, device="meta"),
+                             joint_attention_kwargs={}, return_dict=False)[0]  # fmt: skip
     ids = torch.zeros(tokens, 3, device="meta")
     pooled = torch.empty(batch, config["pooled_projection_dim"], **meta)
     guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None

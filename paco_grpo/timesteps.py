@@ -55,7 +55,11 @@ def image_seq_len(height: int, width: int, vae_scale_factor: int) -> int:
 
 
 def flux_schedule(
-    scheduler, num_steps: int, image_seq_len: int, device: torch.device | str | None = None
+    scheduler,
+    num_steps: int,
+    image_seq_len: int,
+    device: torch.device | str | None = None,
+    mu: float | None = None,
 ) -> FluxSchedule:
     """Timesteps and sigmas for ``num_steps`` at ``image_seq_len`` tokens, as ``FluxPipeline``.
 
@@ -66,6 +70,8 @@ def flux_schedule(
         num_steps: number of denoising steps (>= 1).
         image_seq_len: packed latent tokens (see :func:`image_seq_len`).
         device: where the tensors go.
+        mu: the resolution shift; default FLUX.1's ``calculate_shift`` of ``image_seq_len``
+            with the scheduler's config (FLUX.2 passes its ``compute_empirical_mu``).
     """
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
@@ -74,13 +80,14 @@ def flux_schedule(
     sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
     if getattr(scheduler.config, "use_flow_sigmas", False):
         sigmas = None
-    mu = calculate_shift(
-        image_seq_len,
-        scheduler.config.get("base_image_seq_len", 256),
-        scheduler.config.get("max_image_seq_len", 4096),
-        scheduler.config.get("base_shift", 0.5),
-        scheduler.config.get("max_shift", 1.15),
-    )
+    if mu is None:
+        mu = calculate_shift(
+            image_seq_len,
+            scheduler.config.get("base_image_seq_len", 256),
+            scheduler.config.get("max_image_seq_len", 4096),
+            scheduler.config.get("base_shift", 0.5),
+            scheduler.config.get("max_shift", 1.15),
+        )
     return _retrieve(scheduler, num_steps, device, sigmas, mu)
 
 

@@ -9,6 +9,10 @@ with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE fo
 (127 M), Stable Diffusion 3.5 Large's 8.1 B transformer (its model card) with FLUX.1's VAE shape
 (83.8 M) and open_clip's ViT-bigG-14 text tower (694.66 M, projection included, as
 CLIPTextModelWithProjection builds it).
+(127 M). FLUX.2: the transformers' 32 B (FLUX.2-dev) and 4 B (FLUX.2-klein, a rounded figure,
+hence its 5 % tolerance), Mistral-Small-3.2-24B's 24.0 B and Qwen3-4B's 4.02 B as the Hub shows
+them; the FLUX.2 VAE's 84.05 M is our count of diffusers' AutoencoderKLFlux2 defaults (the
+layout BFL's checkpoint converts to), not a published figure.
 """
 
 from __future__ import annotations
@@ -43,6 +47,15 @@ PUBLISHED = {
     ("stabilityai/stable-diffusion-3.5-large", "text_encoder"): 123.65e6,
     ("stabilityai/stable-diffusion-3.5-large", "text_encoder_2"): 694.66e6,
     ("stabilityai/stable-diffusion-3.5-large", "text_encoder_3"): 4.76e9,
+    ("black-forest-labs/FLUX.2-dev", "transformer"): 32e9,
+    ("black-forest-labs/FLUX.2-dev", "vae"): 84.05e6,
+    ("black-forest-labs/FLUX.2-dev", "text_encoder"): 24.0e9,
+    ("black-forest-labs/FLUX.2-klein-4B", "transformer"): 4e9,
+    ("black-forest-labs/FLUX.2-klein-4B", "vae"): 84.05e6,
+    ("black-forest-labs/FLUX.2-klein-4B", "text_encoder"): 4.02e9,
+    ("black-forest-labs/FLUX.2-klein-base-4B", "transformer"): 4e9,
+    ("black-forest-labs/FLUX.2-klein-base-4B", "vae"): 84.05e6,
+    ("black-forest-labs/FLUX.2-klein-base-4B", "text_encoder"): 4.02e9,
     ("X-GenGroup/PaCo-Reward-7B", None): 8.29e9,
     ("Qwen/Qwen2.5-VL-7B-Instruct", None): 8.29e9,
     ("Qwen/Qwen3-VL-8B-Instruct", None): 8.77e9,
@@ -63,7 +76,8 @@ def test_parameter_count_matches_the_published_size(model, component):
     built = build_empty(config)
     assert {p.device.type for p in built.parameters()} == {"meta"}  # nothing allocated
     expected = PUBLISHED[(model, component)]
-    assert count_parameters(built) == pytest.approx(expected, rel=0.01)
+    rel = 0.05 if "FLUX.2-klein" in model and component == "transformer" else 0.01
+    assert count_parameters(built) == pytest.approx(expected, rel=rel)
 
 
 def test_a_local_folder_wins_over_the_shipped_file(tmp_path):

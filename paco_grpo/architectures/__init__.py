@@ -35,6 +35,11 @@ _SD35_LARGE = {
     "text_encoder_2": "clip_vit_bigg_14_text_projection.json",
     "text_encoder_3": "t5_v1_1_xxl_encoder.json",
 }
+_FLUX2_KLEIN_4B = {
+    "transformer": "flux2_klein_4b_transformer.json",
+    "vae": "flux2_vae.json",
+    "text_encoder": "qwen3_4b.json",
+}
 # Hub id -> component -> shipped file. FLUX.1-Kontext-dev has FLUX.1-dev's architecture (the
 # reference image is more tokens, not more weights); Qwen-Image-Edit's text encoder is
 # Qwen2.5-VL-7B-Instruct, the evaluator's base (shipped with paco_reward).
@@ -47,6 +52,15 @@ PIPELINES: dict[str, dict[str, str]] = {
         "text_encoder": "reward:qwen2_5_vl_7b.json",
     },
     "stabilityai/stable-diffusion-3.5-large": _SD35_LARGE,
+    # FLUX.2-dev: 32 B transformer, Mistral-Small-3.2-24B text encoder (with its vision tower).
+    "black-forest-labs/FLUX.2-dev": {
+        "transformer": "flux2_dev_transformer.json",
+        "vae": "flux2_vae.json",
+        "text_encoder": "mistral_small_3_2_24b.json",
+    },
+    # FLUX.2-klein 4B, step-distilled and base: one architecture, Qwen3-4B text encoder.
+    "black-forest-labs/FLUX.2-klein-4B": _FLUX2_KLEIN_4B,
+    "black-forest-labs/FLUX.2-klein-base-4B": _FLUX2_KLEIN_4B,
 }
 
 

@@ -5,6 +5,8 @@
   :class:`KontextGRPOSampler`);
 - ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
   :class:`QwenImageEditGRPOSampler`);
+- ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
+  ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`).
 - ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
   :class:`SD3GRPOSampler`).
 
@@ -18,7 +20,7 @@ To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux_kontext', 'qwen_image_edit', 'sd3']
+    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image_edit', 'sd3']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -29,6 +31,7 @@ from paco_grpo.pipelines.editing import (
     resize_to_area,
 )
 from paco_grpo.pipelines.flux import FlowGRPOSampler, PromptEmbeddings
+from paco_grpo.pipelines.flux2 import Flux2Conditioning, Flux2GRPOSampler
 from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
 from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
 from paco_grpo.pipelines.registry import (
@@ -50,6 +53,8 @@ __all__ = [
     "EditConditioning",
     "EditGRPOSampler",
     "FlowGRPOSampler",
+    "Flux2Conditioning",
+    "Flux2GRPOSampler",
     "GRPOSampler",
     "KontextGRPOSampler",
     "PipelineSpec",

@@ -18,6 +18,7 @@ single tokens, as they are in the real Qwen2.5 vocabulary.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,11 @@ def _training_corpus(repeats: int = 40) -> list[str]:
     return lines * repeats
 
 
-def build_tiny_tokenizer(vocab_size: int = 1024):
-    """Train a byte-level BPE tokenizer with Qwen's special tokens and chat template."""
+def build_tiny_tokenizer(vocab_size: int = 1024, extra_corpus: Sequence[str] = ()):
+    """Train a byte-level BPE tokenizer with Qwen's special tokens and chat template.
+
+    ``extra_corpus``: more lines to train on (each 40 times), so that their words become few
+    tokens (e.g. a generator's system prompt)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -122,7 +126,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_training_corpus(), trainer=trainer)
+    bpe.train_from_iterator(_training_corpus() + list(extra_corpus) * 40, trainer=trainer)
     tokenizer = Qwen2Tokenizer(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from paco_grpo.cli import TinyEditArguments, TinyFluxArguments, TinySD3Arguments, main
+from paco_grpo.cli import (
+    TinyEditArguments,
+    TinyFlux2Arguments,
+    TinyFluxArguments,
+    TinySD3Arguments,
+    main,
+)
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
 from paco_reward.command_line import parse_config
 
@@ -30,6 +36,7 @@ BUILDERS = {
     "tiny-flux": (TinyFluxArguments, "flux"),
     "tiny-edit": (TinyEditArguments, None),
     "tiny-sd3": (TinySD3Arguments, "sd3"),
+    "tiny-flux2": (TinyFlux2Arguments, None),
 }
 
 

@@ -32,6 +32,7 @@ import yaml
 
 from paco_grpo.advantages import compute_advantages
 from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.pipelines import get_pipeline_spec
 
 PROBE = str(Path(__file__).with_name("launch_probe.py"))
 FAST = {
@@ -57,6 +58,7 @@ def launch_config(recipe: str) -> tuple[Path, int]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     from paco_grpo.testing.flux import build_tiny_flux
+    from paco_grpo.testing.flux2 import build_tiny_flux2, build_tiny_flux2_klein
     from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
     from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
     from paco_grpo.testing.sd3 import build_tiny_sd3
@@ -68,6 +70,8 @@ def models(tmp_path_factory):
         "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
         "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
         "sd3": build_tiny_sd3(root / "sd3"),
+        "flux2": build_tiny_flux2(root / "flux2"),
+        "flux2_klein": build_tiny_flux2_klein(root / "flux2_klein"),
         "clip": build_tiny_clip(root / "clip"),
     }
 
@@ -75,7 +79,7 @@ def models(tmp_path_factory):
 def _overrides(recipe: str, models: dict) -> dict:
     pipeline = GRPOConfig.from_yaml(recipe).pipeline
     out = {**FAST, "model_name_or_path": str(models[pipeline])}
-    if pipeline in ("flux", "sd3"):
+    if not get_pipeline_spec(pipeline).edits:  # text-to-image sets
         return {
             **out,
             "train.resolution": 32,
