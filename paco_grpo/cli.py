@@ -6,6 +6,7 @@
     paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
     paco-grpo tiny-sd3 tiny_sd3            # tiny offline Stable Diffusion 3.5
     paco-grpo tiny-flux2 tiny_flux2_klein  # tiny offline FLUX.2-klein (or --pipeline flux2)
+    paco-grpo tiny-qwen-image tiny_qwen_image   # tiny offline Qwen-Image (text-to-image)
 
 Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
@@ -29,6 +30,14 @@ __all__ = ["main"]
 @dataclass
 class TinyFluxArguments:
     """Build the tiny offline FLUX pipeline folder the CPU recipes use."""
+
+    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class TinyQwenImageArguments:
+    """Build the tiny offline Qwen-Image pipeline folder of the Qwen-Image CPU recipe."""
 
     output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
     seed: int = config_field(0, help="Seed of the random weights.")
@@ -97,6 +106,13 @@ def tiny_flux(args: TinyFluxArguments) -> int:
     return 0
 
 
+def tiny_qwen_image(args: TinyQwenImageArguments) -> int:
+    from paco_grpo.testing.qwen_image import build_tiny_qwen_image
+
+    print(build_tiny_qwen_image(args.output_dir, seed=args.seed))
+    return 0
+
+
 def tiny_edit(args: TinyEditArguments) -> int:
     if args.pipeline == "flux_kontext":
         from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext as build
@@ -127,6 +143,9 @@ COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
     Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
+    Command(
+        "tiny-qwen-image", TinyQwenImageArguments, tiny_qwen_image, "Build the tiny Qwen-Image."
+    ),
     Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
     Command("tiny-sd3", TinySD3Arguments, tiny_sd3, "Build the tiny offline Stable Diffusion 3.5."),
     Command("tiny-flux2", TinyFlux2Arguments, tiny_flux2, "Build a tiny offline FLUX.2 pipeline."),

@@ -254,7 +254,7 @@ class GRPOConfig:
     # ---- model
     model_name_or_path: str = field(
         metadata={
-            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image-Edit, stabilityai/stable-diffusion-3.5-large)."
+            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, stabilityai/stable-diffusion-3.5-large)."
         }
     )
     prompt_file: str = field(
@@ -309,7 +309,10 @@ class GRPOConfig:
         },
     )
     max_sequence_length: int = field(
-        default=512, metadata={"help": "Text-encoder tokens per prompt (T5 for FLUX.1)."}
+        default=512,
+        metadata={
+            "help": "Text tokens per prompt: T5's for FLUX.1 and SD3.5, the text encoder's for qwen_image (at most 1024) and FLUX.2."
+        },
     )
     dtype: str = field(
         default="float32", metadata={"help": f"Dtype of the frozen weights, one of {DTYPES}."}

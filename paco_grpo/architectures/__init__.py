@@ -40,17 +40,20 @@ _FLUX2_KLEIN_4B = {
     "vae": "flux2_vae.json",
     "text_encoder": "qwen3_4b.json",
 }
+_QWEN_IMAGE = {
+    "transformer": "qwen_image_transformer.json",
+    "vae": "qwen_image_vae.json",
+    "text_encoder": "reward:qwen2_5_vl_7b.json",
+}
 # Hub id -> component -> shipped file. FLUX.1-Kontext-dev has FLUX.1-dev's architecture (the
-# reference image is more tokens, not more weights); Qwen-Image-Edit's text encoder is
-# Qwen2.5-VL-7B-Instruct, the evaluator's base (shipped with paco_reward).
+# reference image is more tokens, not more weights); Qwen-Image-Edit has Qwen-Image's (its
+# text encoder sees the reference too), whose text encoder is Qwen2.5-VL-7B-Instruct, the
+# evaluator's base (shipped with paco_reward).
 PIPELINES: dict[str, dict[str, str]] = {
     "black-forest-labs/FLUX.1-dev": _FLUX1,
     "black-forest-labs/FLUX.1-Kontext-dev": _FLUX1,
-    "Qwen/Qwen-Image-Edit": {
-        "transformer": "qwen_image_transformer.json",
-        "vae": "qwen_image_vae.json",
-        "text_encoder": "reward:qwen2_5_vl_7b.json",
-    },
+    "Qwen/Qwen-Image": _QWEN_IMAGE,
+    "Qwen/Qwen-Image-Edit": _QWEN_IMAGE,
     "stabilityai/stable-diffusion-3.5-large": _SD35_LARGE,
     # FLUX.2-dev: 32 B transformer, Mistral-Small-3.2-24B text encoder (with its vision tower).
     "black-forest-labs/FLUX.2-dev": {

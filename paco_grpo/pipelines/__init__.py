@@ -3,10 +3,12 @@
 - ``flux``: FLUX.1-dev text-to-image (``FluxPipeline``, :class:`FlowGRPOSampler`);
 - ``flux_kontext``: FLUX.1-Kontext editing (``FluxKontextPipeline``,
   :class:`KontextGRPOSampler`);
+- ``qwen_image``: Qwen-Image text-to-image (``QwenImagePipeline``,
+  :class:`QwenImageGRPOSampler`);
 - ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
   :class:`QwenImageEditGRPOSampler`);
 - ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
-  ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`).
+  ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`);
 - ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
   :class:`SD3GRPOSampler`).
 
@@ -16,11 +18,12 @@ calls, :class:`SampleOutput`, the denoising loop :func:`sde_denoise`),
 :mod:`~paco_grpo.pipelines.registry` (:class:`PipelineSpec`, :data:`PIPELINE_SPECS`).
 
 To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
-:func:`register_pipeline` call, and import it below.
+:func:`register_pipeline` call, and import it below (the docs' "Add a model" section walks
+through :mod:`paco_grpo.pipelines.qwen_image`).
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image_edit', 'sd3']
+    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'sd3']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -33,6 +36,7 @@ from paco_grpo.pipelines.editing import (
 from paco_grpo.pipelines.flux import FlowGRPOSampler, PromptEmbeddings
 from paco_grpo.pipelines.flux2 import Flux2Conditioning, Flux2GRPOSampler
 from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
+from paco_grpo.pipelines.qwen_image import QwenImageConditioning, QwenImageGRPOSampler
 from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
 from paco_grpo.pipelines.registry import (
     PIPELINE_SPECS,
@@ -59,7 +63,9 @@ __all__ = [
     "KontextGRPOSampler",
     "PipelineSpec",
     "PromptEmbeddings",
+    "QwenImageConditioning",
     "QwenImageEditGRPOSampler",
+    "QwenImageGRPOSampler",
     "SD3GRPOSampler",
     "SampleOutput",
     "area_preserving_size",

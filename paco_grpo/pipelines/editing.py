@@ -138,8 +138,8 @@ class EditConditioning:
     Attributes:
         prompt_embeds: text(+image) encoder tokens ``(B, L, D)``.
         image_latents: the references' packed VAE latents ``(B, seq_ref, C)``.
-        extras: model-specific tensors (pooled CLIP embeddings and position ids for
-            Kontext; attention masks, negative-prompt embeddings and ``img_shapes`` for
+        extras: model-specific conditioning (the text embeddings and position ids for
+            Kontext; a :class:`~paco_grpo.pipelines.qwen_image.QwenImageConditioning` for
             Qwen-Image-Edit).
     """
 

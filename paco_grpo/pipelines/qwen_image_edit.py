@@ -1,8 +1,9 @@
 """Qwen-Image-Edit editing: Flow-GRPO sampling on diffusers' ``QwenImageEditPipeline``.
 
-The reference's packed latents are appended to the image tokens (see
-:mod:`paco_grpo.pipelines.editing`); the transformer is Qwen-Image's, called with true
-classifier-free guidance.
+Qwen-Image-Edit is Qwen-Image's transformer and VAE with a text encoder that also sees the
+reference image: the transformer call with true CFG, the text padding and the decoding are
+those of :mod:`paco_grpo.pipelines.qwen_image`; the reference's packed latents are appended
+to the image tokens (see :mod:`paco_grpo.pipelines.editing`).
 
     >>> from diffusers import QwenImageEditPipeline
     >>> pipe = QwenImageEditPipeline.from_pretrained("Qwen/Qwen-Image-Edit")  # doctest: +SKIP
@@ -13,11 +14,15 @@ classifier-free guidance.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from paco_grpo.pipelines.editing import EditConditioning, EditGRPOSampler
+from paco_grpo.pipelines.qwen_image import (
+    QwenImageConditioning,
+    decode_qwen_image,
+    pad_prompt_embeds,
+    qwen_image_velocity,
+)
 from paco_grpo.pipelines.registry import PipelineSpec, register_pipeline
 from paco_reward.images import image_hash
 
@@ -61,19 +66,7 @@ class QwenImageEditGRPOSampler(EditGRPOSampler):
                     embeds = embeds[:, : int(mask[0].sum())]
                 self._prompt_cache[key] = embeds[0]
             tokens.append(self._prompt_cache[key])
-        longest = max(t.shape[0] for t in tokens)
-        embeds = torch.stack(
-            [torch.cat([t, t.new_zeros(longest - t.shape[0], t.shape[1])]) for t in tokens]
-        ).to(device)
-        mask = torch.stack(
-            [
-                torch.cat(
-                    [torch.ones(t.shape[0], dtype=torch.long), torch.zeros(longest - t.shape[0])]
-                ).long()
-                for t in tokens
-            ]
-        ).to(device)
-        return embeds, (None if mask.all() else mask)
+        return pad_prompt_embeds(tokens, device)
 
     def condition(self, prompts, references, height, width) -> EditConditioning:
         device = self.pipe._execution_device
@@ -86,12 +79,7 @@ class QwenImageEditGRPOSampler(EditGRPOSampler):
         return EditConditioning(
             prompt_embeds=embeds,
             image_latents=image_latents.to(embeds.dtype),
-            extras={
-                "mask": mask,
-                "negative_prompt_embeds": neg,
-                "negative_mask": neg_mask,
-                "img_shapes": img_shapes,
-            },
+            extras={"qwen": QwenImageConditioning(embeds, mask, neg, neg_mask, img_shapes)},
         )
 
     def prepare_noise(self, batch, height, width, dtype, device, generator, latents):
@@ -100,69 +88,19 @@ class QwenImageEditGRPOSampler(EditGRPOSampler):
             None, batch, channels, height, width, dtype, device, generator, latents
         )[0]
 
-    def _forward(self, transformer, model_input, timestep, embeds, mask, img_shapes, name):
-        module = transformer.module if hasattr(transformer, "module") else transformer
-        context = (
-            module.cache_context(name)
-            if hasattr(module, "cache_context")
-            else contextlib.nullcontext()
-        )
-        with context:
-            return transformer(
-                hidden_states=model_input,
-                timestep=timestep / 1000,
-                guidance=None,
-                encoder_hidden_states_mask=mask,
-                encoder_hidden_states=embeds,
-                img_shapes=img_shapes,
-                attention_kwargs={},
-                return_dict=False,
-            )[0]
-
     def velocity(self, transformer, latents, timestep, cond, guidance_scale):
-        batch, seq = latents.shape[:2]
-        timestep = timestep.expand(batch) if timestep.ndim == 0 else timestep
-        timestep = timestep.to(latents.dtype)
         model_input = torch.cat([latents, cond.image_latents.to(latents.dtype)], dim=1)
-        x = cond.extras
-        v = self._forward(
+        return qwen_image_velocity(
             transformer,
             model_input,
             timestep,
-            cond.prompt_embeds,
-            x["mask"],
-            x["img_shapes"],
-            "cond",
-        )[:, :seq]
-        if guidance_scale > 1:
-            neg = self._forward(
-                transformer,
-                model_input,
-                timestep,
-                x["negative_prompt_embeds"],
-                x["negative_mask"],
-                x["img_shapes"],
-                "uncond",
-            )[:, :seq]
-            combined = neg + guidance_scale * (v - neg)
-            v = combined * (
-                torch.norm(v, dim=-1, keepdim=True) / torch.norm(combined, dim=-1, keepdim=True)
-            )
-        return v
-
-    @torch.no_grad()
-    def decode(self, latents, height, width):
-        pipe, vae = self.pipe, self.pipe.vae
-        latents = pipe._unpack_latents(latents, height, width, self.vae_scale_factor)
-        latents = latents.to(vae.dtype)
-        shape = (1, vae.config.z_dim, 1, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
-        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(shape).to(
-            latents.device, latents.dtype
+            cond.extras["qwen"],
+            guidance_scale,
+            num_tokens=latents.shape[1],
         )
-        latents = latents / inv_std + mean
-        image = vae.decode(latents, return_dict=False)[0][:, :, 0]
-        return pipe.image_processor.postprocess(image, output_type="pt")
+
+    def decode(self, latents, height, width):
+        return decode_qwen_image(self.pipe, latents, height, width)
 
 
 register_pipeline(

@@ -6,9 +6,9 @@ Each model file of :mod:`paco_grpo.pipelines` ends with a :func:`register_pipeli
 :class:`PipelineSpec`, so nothing else in the trainer names a model.
 
     >>> from paco_grpo.pipelines import get_pipeline_spec
-    >>> spec = get_pipeline_spec("qwen_image_edit")
+    >>> spec = get_pipeline_spec("qwen_image")
     >>> spec.diffusers_class, spec.edits, spec.true_cfg
-    ('QwenImageEditPipeline', True, True)
+    ('QwenImagePipeline', False, True)
 """
 
 from __future__ import annotations

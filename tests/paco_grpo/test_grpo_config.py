@@ -14,6 +14,7 @@ from paco_grpo.cli import (
     TinyEditArguments,
     TinyFlux2Arguments,
     TinyFluxArguments,
+    TinyQwenImageArguments,
     TinySD3Arguments,
     main,
 )
@@ -37,6 +38,7 @@ BUILDERS = {
     "tiny-edit": (TinyEditArguments, None),
     "tiny-sd3": (TinySD3Arguments, "sd3"),
     "tiny-flux2": (TinyFlux2Arguments, None),
+    "tiny-qwen-image": (TinyQwenImageArguments, "qwen_image"),
 }
 
 

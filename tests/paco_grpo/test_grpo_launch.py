@@ -60,6 +60,7 @@ def models(tmp_path_factory):
     from paco_grpo.testing.flux import build_tiny_flux
     from paco_grpo.testing.flux2 import build_tiny_flux2, build_tiny_flux2_klein
     from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
+    from paco_grpo.testing.qwen_image import build_tiny_qwen_image
     from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
     from paco_grpo.testing.sd3 import build_tiny_sd3
     from paco_reward.testing.clip import build_tiny_clip
@@ -68,6 +69,7 @@ def models(tmp_path_factory):
     return {
         "flux": build_tiny_flux(root / "flux"),
         "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
+        "qwen_image": build_tiny_qwen_image(root / "qwen_image"),
         "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
         "sd3": build_tiny_sd3(root / "sd3"),
         "flux2": build_tiny_flux2(root / "flux2"),
@@ -79,6 +81,8 @@ def models(tmp_path_factory):
 def _overrides(recipe: str, models: dict) -> dict:
     pipeline = GRPOConfig.from_yaml(recipe).pipeline
     out = {**FAST, "model_name_or_path": str(models[pipeline])}
+    if pipeline == "qwen_image":  # the tiny tokenizer spends ~48 tokens on the prompt template
+        out["max_sequence_length"] = 64
     if not get_pipeline_spec(pipeline).edits:  # text-to-image sets
         return {
             **out,
@@ -156,6 +160,7 @@ def test_every_real_size_recipe_names_a_launch():
         "grpo_kontext_edit.yaml",
         "grpo_qwen_image_edit.yaml",
         "grpo_sd35_t2is.yaml",
+        "grpo_qwen_image_t2is.yaml",
     }
 
 

@@ -110,6 +110,21 @@ def test_served_rewards_and_sharding_take_their_memory_away():
     assert t_sharded.bytes == pytest.approx(t_local.bytes / 8, abs=2)
 
 
+def test_the_qwen_image_recipe_fits_the_paper_layout_with_the_evaluator_served():
+    """Qwen-Image T2IS on 7 training processes of 80 GB: true CFG doubles the activations, no
+    reference image; PaCo-Reward served (as shipped) fits, in every process it cannot."""
+    recipe = "recipes/grpo_qwen_image_t2is.yaml"
+    plan = plan_grpo(GRPOConfig.from_yaml(recipe), num_processes=7, gpu_memory_gb=80)
+    parts = {c.name: c for c in plan.components}
+    transformer = parts["transformer (QwenImageTransformer2DModel)"]
+    assert transformer.parameters == pytest.approx(20.4e9, rel=0.01)
+    (activations,) = [c for c in plan.components if c.kind == "activations"]
+    assert activations.name == "activations: 2 x 512^2, true CFG x2"
+    assert plan.fits is True and plan.per_process_bytes / GiB == pytest.approx(68.3, abs=0.1)
+    assert parts["reward consistency: PaCo-Reward-7B"].bytes == 0
+    assert plan.per_process_bytes + 2 * 8.29e9 > 80 * GiB  # PaCo-Reward-7B (bf16) in-process
+
+
 def _tiny_config(flux_dir, out) -> GRPOConfig:
     return GRPOConfig.from_yaml(
         "recipes/grpo_tiny_cpu.yaml",
