@@ -30,6 +30,7 @@ from paco_grpo.pipelines.sampling import (
     GRPOSampler,
     SampleOutput,
     check_sampling_inputs,
+    decode_scaled_latents,
     sde_denoise,
 )
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
@@ -158,11 +159,8 @@ class FlowGRPOSampler(GRPOSampler):
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Packed latents -> images ``(B, 3, H, W)`` in [0, 1], as ``FluxPipeline`` decodes."""
-        vae = self.pipe.vae
         latents = self.pipe._unpack_latents(latents, height, width, self.vae_scale_factor)
-        latents = (latents / vae.config.scaling_factor) + vae.config.shift_factor
-        image = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
-        return self.pipe.image_processor.postprocess(image, output_type="pt")
+        return decode_scaled_latents(self.pipe, latents)
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()

@@ -106,6 +106,15 @@ class GRPOSampler:
         raise NotImplementedError
 
 
+def decode_scaled_latents(pipe, latents: torch.Tensor) -> torch.Tensor:
+    """Unpacked VAE latents -> images ``(B, 3, H, W)`` in [0, 1], undoing the VAE's
+    ``scaling_factor`` and ``shift_factor`` as FLUX's and Stable Diffusion 3's pipelines do."""
+    vae = pipe.vae
+    latents = (latents / vae.config.scaling_factor) + vae.config.shift_factor
+    image = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+    return pipe.image_processor.postprocess(image, output_type="pt")
+
+
 def check_sampling_inputs(
     height: int,
     width: int,

@@ -34,6 +34,7 @@ from paco_grpo.pipelines.sampling import (
     GRPOSampler,
     SampleOutput,
     check_sampling_inputs,
+    decode_scaled_latents,
     sde_denoise,
 )
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
@@ -166,10 +167,7 @@ class SD3GRPOSampler(GRPOSampler):
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Latents -> images ``(B, 3, H, W)`` in [0, 1], as ``StableDiffusion3Pipeline``
         decodes (``latents / scaling_factor + shift_factor``)."""
-        vae = self.pipe.vae
-        latents = (latents / vae.config.scaling_factor) + vae.config.shift_factor
-        image = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
-        return self.pipe.image_processor.postprocess(image, output_type="pt")
+        return decode_scaled_latents(self.pipe, latents)
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()
