@@ -2,51 +2,67 @@
 
 Nothing is read from a model hub: the architectures are the configuration files shipped with
 the library (:mod:`paco_reward.architectures`, :mod:`paco_grpo.architectures`), the weights
-are random, bf16 on a GPU. One run measures:
+are random, bf16 on a GPU (built there directly). One run measures, in turn, freeing the GPU
+between them:
 
-1. **Scoring** with PaCo-Reward-7B's architecture (Qwen2.5-VL-7B, 8.3 B parameters) through
-   the public path users take, ``PacoReward(LocalBackend(model, processor)).score_pairs``:
-   pairs/s of pairs of ``--resolution`` px images at each of ``--batch_sizes`` (a warm-up call,
-   then ``--repeats`` timed calls, each on fresh images) and the peak allocated memory of
-   each. Where vLLM is installed, the same through ``backend="vllm"`` (the random model and
-   its processor saved to a temporary folder first); otherwise its row says so. The processor
-   is the real one's (pixel budget, patch and merge sizes, chat template) with the tiny
-   offline tokenizer of :mod:`paco_reward.testing.qwen`, whose ids the model's config is
-   given: the prompts are shorter than with Qwen's vocabulary, the image tokens the same.
-2. **One PaCo-GRPO training step** of FLUX.1-dev's transformer (11.9 B parameters) with the
-   recipe's settings (``--recipe``, default ``recipes/grpo_flux_t2is.yaml``: LoRA r64/alpha128
-   on the trainer's target modules through :func:`paco_grpo.policy.add_lora`, gradient
-   checkpointing, micro-batch ``per_device_train_batch_size`` = 4, AdamW, EMA) at
-   ``--resolution`` (512: 1024 packed image tokens, 512 text tokens of width 4096, pooled
-   768). The text encoders and the VAE are not built: the text conditioning is random, of the
-   real shape. The trainer's sampler records the SDE transitions (``output_type="latent"``),
-   then each step is the trainer's: :meth:`~paco_grpo.rollout.Rollout.transition` under
-   autocast, :func:`~paco_grpo.grpo_loss.grpo_loss` with random advantages, backward,
-   gradient clipping, AdamW and EMA steps. Reported: s/step (mean of ``--train_steps`` after
-   a warm-up step), peak memory, and next to it what the planner predicts: the weights, LoRA
-   parameters, gradients, Adam and EMA states of the built model plus
-   ``paco_grpo.planning.transformer_activation_bytes`` for the same shapes, and the ratio.
+1. **Scoring** with each evaluator architecture of ``--reward_architectures``
+   (``qwen2_5_vl_7b``: PaCo-Reward-7B's, Qwen2.5-VL-7B, 8.3 B parameters; ``qwen3_vl_8b``:
+   the Qwen3-VL-8B evaluator base, 8.8 B) through the public path users take,
+   ``PacoReward(LocalBackend(model, processor)).score_pairs``: pairs/s of pairs of
+   ``--resolution`` px images at each of ``--batch_sizes`` (a warm-up call, then
+   ``--repeats`` timed calls, each on fresh images) and the peak allocated memory of each.
+   For Qwen2.5-VL only, where vLLM is installed, the same through ``backend="vllm"`` (the
+   random model and its processor saved to a temporary folder first); otherwise its row says
+   so. The processor is the real one's (pixel budget, patch and merge sizes, normalisation,
+   chat template) with the tiny offline tokenizer of :mod:`paco_reward.testing.qwen`, whose
+   ids the model's config is given: the prompts are shorter than with Qwen's vocabulary, the
+   image tokens the same.
+2. **One PaCo-GRPO training step** per recipe of ``--recipe`` (default
+   ``recipes/grpo_flux_t2is.yaml``; any registered text-to-image pipeline: ``flux``, ``sd3``,
+   ``qwen_image``, ``flux2``, ``flux2_klein``) with the recipe's settings: its generator's
+   real transformer (FLUX.1-dev 11.9 B, SD3.5 Large 8.1 B, Qwen-Image 20.4 B, FLUX.2-klein
+   3.9 B parameters), LoRA on the recipe's target modules through
+   :func:`paco_grpo.policy.add_lora`, gradient checkpointing, micro-batch
+   ``per_device_train_batch_size``, AdamW, EMA, at ``--resolution`` (512: 1024 image tokens).
+   The pipeline holds the transformer and the model's real scheduler only: in place of the
+   frozen text encoders, the sampler's ``encode_prompts`` returns random conditioning of the
+   real shape in its own structure (:func:`random_text`; one fixed draw per prompt text, the
+   negative prompt of true CFG included). The trainer's sampler records the SDE transitions
+   (``output_type="latent"``), then each step is the trainer's:
+   :meth:`~paco_grpo.rollout.Rollout.transition` under autocast,
+   :func:`~paco_grpo.grpo_loss.grpo_loss` with random advantages, backward, gradient
+   clipping, AdamW and EMA steps. Reported per recipe: s/step (mean of ``--train_steps``
+   after a warm-up step), peak memory, and next to it what the planner predicts: the
+   weights, LoRA parameters, gradients, Adam and EMA states of the built model plus
+   ``paco_grpo.planning.transformer_activation_bytes`` for the same shapes, LoRA targets and
+   transformer calls per step (2 with true CFG, as ``paco-grpo plan`` counts them), and the
+   ratio.
 
-Run it on a GPU (about a minute of compute, plus building the models and, with vLLM, saving
-16 GB and starting the engine):
+Run it on a GPU (minutes of compute per section, plus building the models and, with vLLM,
+saving 16 GB and starting the engine):
 
-    python -m benchmarks.gpu_check --json gpu_check.json
+    python -m benchmarks.gpu_check --recipe recipes/grpo_flux_t2is.yaml recipes/grpo_sd35_t2is.yaml recipes/grpo_qwen_image_t2is.yaml recipes/grpo_flux2_klein_t2is.yaml --reward_architectures qwen2_5_vl_7b qwen3_vl_8b --json gpu_check.json
 
 ``--scale S`` shrinks every width by ``S`` and the layer counts with it (``--scale 0.0625``:
-Qwen2.5-VL 2 text and 2 vision layers, FLUX 1 + 2 blocks, LoRA r4) so that the same code runs
-on a CPU in seconds: ``tests/test_gpu_check.py`` runs it that way under ``make test``. On a
-CPU the weights are float32 (``--dtype bfloat16``: the GPU's arithmetic, the recipe's bf16
-autocast included) and peak memory is not measured (null in the JSON, n/a in the table). A section that fails is reported (``error`` in the JSON, the traceback on stderr)
-and the others still run; the exit status is then 1.
+the evaluators 2 text and 2 vision layers, FLUX 1 + 2 blocks, SD3.5 2, Qwen-Image 4,
+FLUX.2-klein 1 + 1, LoRA r4) so that the same code runs on a CPU in seconds:
+``tests/test_gpu_check.py`` runs it that way under ``make test``. On a CPU the weights are
+float32 (``--dtype bfloat16``: the GPU's arithmetic, the recipe's bf16 autocast included) and
+peak memory is not measured (null in the JSON, n/a in the tables). ``scoring`` and
+``training`` in the JSON are lists, one entry per architecture / recipe. One that fails is
+reported (``error`` in its entry, the traceback on stderr) and the others still run; the
+exit status is then 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import logging
 import math
@@ -72,6 +88,16 @@ logger = logging.getLogger(__name__)
 # The paper's recipe, from the checkout this module sits in (it is not package data).
 FLUX_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo_flux_t2is.yaml"
 REWARD_MODEL = "X-GenGroup/PaCo-Reward-7B"
+# --reward_architectures: shipped architecture (paco_reward/architectures/<name>.json) -> the
+# hub id whose shape it is (the evaluator PaCo-Reward-7B; the Qwen3-VL-8B evaluator base).
+REWARD_ARCHITECTURES = {
+    "qwen2_5_vl_7b": REWARD_MODEL,
+    "qwen3_vl_8b": "Qwen/Qwen3-VL-8B-Instruct",
+}
+# Qwen/Qwen3-VL-8B-Instruct's preprocessor_config.json pixel budget (64 to 16384 vision
+# tokens of 32 x 32 pixels).
+QWEN3_VL_MIN_PIXELS = 64 * 32 * 32
+QWEN3_VL_MAX_PIXELS = 16384 * 32 * 32
 GIB = 1024**3
 
 # Qwen2.5-VL config fields -> the special token whose id (in the tiny tokenizer) they take.
@@ -89,7 +115,8 @@ _SPECIAL_TOKEN_FIELDS = {
 
 @dataclass
 class GpuCheckArguments:
-    """Real-size PaCo-Reward-7B scoring and a FLUX.1-dev GRPO step, random weights, one GPU."""
+    """Real-size evaluator scoring and GRPO steps of the recipes' generators, random weights,
+    one GPU."""
 
     scale: float = config_field(
         1.0, help="Shrink every width (and the layer counts) by this factor; 1 = real size."
@@ -106,7 +133,14 @@ class GpuCheckArguments:
     )
     repeats: int = config_field(3, help="Timed scoring calls per batch size (after a warm-up).")
     train_steps: int = config_field(3, help="Timed training steps (after a warm-up step).")
-    recipe: str = config_field(str(FLUX_RECIPE), help="GRPO recipe of the training step.")
+    recipe: list[str] = config_field(
+        lambda: [str(FLUX_RECIPE)],
+        help="GRPO recipes of the training step, measured in turn (text-to-image pipelines).",
+    )
+    reward_architectures: list[str] = config_field(
+        lambda: ["qwen2_5_vl_7b"],
+        help=f"Evaluator architectures to score with, in turn: {', '.join(REWARD_ARCHITECTURES)}.",
+    )
     vllm: bool = config_field(True, help="Also score with vLLM where it is installed.")
     vllm_gpu_memory_utilization: float = config_field(
         0.5, help="vLLM's gpu_memory_utilization (the share of the GPU its engine takes)."
@@ -122,6 +156,11 @@ class GpuCheckArguments:
             raise ValueError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
         if self.repeats < 1 or self.train_steps < 1:
             raise ValueError("--repeats and --train_steps must be >= 1.")
+        unknown = [a for a in self.reward_architectures if a not in REWARD_ARCHITECTURES]
+        if unknown:
+            raise ValueError(
+                f"--reward_architectures {unknown} unknown; shipped: {list(REWARD_ARCHITECTURES)}."
+            )
 
 
 # ---------------------------------------------------------------------- scaled architectures
@@ -186,27 +225,84 @@ def shrink_qwen2_5_vl(config: dict[str, Any], scale: float) -> dict[str, Any]:
     )
     depth = _depth(vision["depth"], scale)
     # the same share of full-attention blocks, at the same relative depths
-    full = {min(depth - 1, math.ceil((i + 1) * depth / vision["depth"]) - 1)
-            for i in vision["fullatt_block_indexes"]}  # fmt: skip
+    full = _indexes(vision["fullatt_block_indexes"], vision["depth"], depth)
     vision.update(
         hidden_size=count * head_dim,
         num_heads=count,
         intermediate_size=_width(vision["intermediate_size"], scale),
         depth=depth,
-        fullatt_block_indexes=sorted(full),
+        fullatt_block_indexes=full,
         out_hidden_size=out["hidden_size"],
     )
     return out
 
 
-def shrink_flux(config: dict[str, Any], scale: float) -> dict[str, Any]:
-    """FLUX's transformer config with widths and depths times ``scale``, keeping inner dim =
-    heads x attention_head_dim and ``sum(axes_dims_rope) == attention_head_dim`` (each axis
-    even). The latent channels (``in_channels``) are the data's and stay.
+def _indexes(indexes: Sequence[int], depth: int, new_depth: int) -> list[int]:
+    """Block ``indexes`` of a ``depth``-block stack mapped to the same relative depths of a
+    ``new_depth``-block one (each within it; duplicates merged)."""
+    return sorted({min(new_depth - 1, math.ceil((i + 1) * new_depth / depth) - 1) for i in indexes})
+
+
+def shrink_qwen3_vl(config: dict[str, Any], scale: float) -> dict[str, Any]:
+    """Qwen3-VL's (shipped, nested) config with widths and depths times ``scale``, keeping its
+    constraints: heads divisible by key/value heads, hidden = heads x head_dim, interleaved
+    M-RoPE sections summing to head_dim / 2, the vision tower's 2-D rotary halves, its output
+    = the text width, and the DeepStack blocks at the same relative depths of the shrunk tower.
+
+    Example:
+        >>> from paco_reward.architectures import model_config
+        >>> small = shrink_qwen3_vl(model_config("Qwen/Qwen3-VL-8B-Instruct"), 0.0625)
+        >>> text, vision = small["text_config"], small["vision_config"]
+        >>> text["hidden_size"], text["num_hidden_layers"], vision["deepstack_visual_indexes"]
+        (256, 2, [0, 1])
+    """
+    out = copy.deepcopy(config)
+    if scale == 1:
+        return out
+    text = out["text_config"]
+    heads, kv_heads = text["num_attention_heads"], text["num_key_value_heads"]
+    groups = heads // kv_heads
+    count, head_dim = _heads(heads, text["head_dim"], scale, groups)
+    text.update(
+        hidden_size=count * head_dim,
+        num_attention_heads=count,
+        num_key_value_heads=count // groups,
+        head_dim=head_dim,
+        intermediate_size=_width(text["intermediate_size"], scale),
+        num_hidden_layers=_depth(text["num_hidden_layers"], scale),
+    )
+    for key in ("rope_scaling", "rope_parameters"):  # transformers 4 / 5 spelling
+        if isinstance(text.get(key), dict) and "mrope_section" in text[key]:
+            text[key]["mrope_section"] = _split(text[key]["mrope_section"], head_dim // 2)
+    vision = out["vision_config"]
+    count, head_dim = _heads(
+        vision["num_heads"], vision["hidden_size"] // vision["num_heads"], scale
+    )
+    depth = _depth(vision["depth"], scale)
+    vision.update(
+        hidden_size=count * head_dim,
+        num_heads=count,
+        intermediate_size=_width(vision["intermediate_size"], scale),
+        depth=depth,
+        deepstack_visual_indexes=_indexes(
+            vision["deepstack_visual_indexes"], vision["depth"], depth
+        ),
+        out_hidden_size=text["hidden_size"],
+    )
+    return out
+
+
+def shrink_transformer(config: dict[str, Any], scale: float) -> dict[str, Any]:
+    """A generator's transformer config (FLUX.1, SD3, Qwen-Image, FLUX.2: the same field
+    names) with widths and depths times ``scale``, keeping inner dim = heads x
+    attention_head_dim, ``sum(axes_dims_rope) == attention_head_dim`` (each axis even) where
+    there is RoPE, SD3's ``caption_projection_dim`` = the inner dim and its dual-attention
+    blocks within the shrunk depth. The latent channels (``in_channels``) are the data's and
+    stay, as do SD3's 77 CLIP tokens.
 
     Example:
         >>> from paco_grpo.architectures import pipeline_configs
-        >>> small = shrink_flux(pipeline_configs("black-forest-labs/FLUX.1-dev")["transformer"], 0.0625)
+        >>> small = shrink_transformer(pipeline_configs("black-forest-labs/FLUX.1-dev")["transformer"], 0.0625)
         >>> small["num_attention_heads"] * small["attention_head_dim"], small["axes_dims_rope"]
         (192, [4, 14, 14])
     """
@@ -214,16 +310,26 @@ def shrink_flux(config: dict[str, Any], scale: float) -> dict[str, Any]:
     if scale == 1:
         return out
     count, head_dim = _heads(out["num_attention_heads"], out["attention_head_dim"], scale)
-    out.update(
-        num_attention_heads=count,
-        attention_head_dim=head_dim,
-        axes_dims_rope=_split(out["axes_dims_rope"], head_dim, multiple=2),
-        num_layers=_depth(out["num_layers"], scale),
-        num_single_layers=_depth(out["num_single_layers"], scale),
-        joint_attention_dim=_width(out["joint_attention_dim"], scale),
-        pooled_projection_dim=_width(out["pooled_projection_dim"], scale),
-    )
+    out.update(num_attention_heads=count, attention_head_dim=head_dim)
+    if out.get("axes_dims_rope"):
+        out["axes_dims_rope"] = _split(out["axes_dims_rope"], head_dim, multiple=2)
+    if "caption_projection_dim" in out:  # SD3: the text stream's width is the blocks'
+        out["caption_projection_dim"] = count * head_dim
+    depth = out["num_layers"]
+    for key in ("num_layers", "num_single_layers"):
+        if key in out:
+            out[key] = _depth(out[key], scale)
+    if out.get("dual_attention_layers"):  # SD3.5 Medium
+        out["dual_attention_layers"] = _indexes(
+            out["dual_attention_layers"], depth, out["num_layers"]
+        )
+    for key in ("joint_attention_dim", "pooled_projection_dim"):
+        if out.get(key):
+            out[key] = _width(out[key], scale)
     return out
+
+
+shrink_flux = shrink_transformer  # FLUX.1's, the first this check shrank
 
 
 # ---------------------------------------------------------------------- helpers
@@ -235,7 +341,8 @@ def _build_random(factory: Callable[[], torch.nn.Module], device: torch.device,
         model = factory()
     if any(p.dtype != dtype for p in model.parameters()):  # a module that ignored the default
         model = model.to(dtype)
-    return model
+    # a buffer a module built on the host explicitly (SD3's position table) joins the rest
+    return model.to(device)
 
 
 def _num_parameters(module: torch.nn.Module, trainable: bool | None = None) -> tuple[int, int]:
@@ -307,9 +414,10 @@ def _timed_calls(score: Callable[[list], np.ndarray], batch: int, args: GpuCheck
 
 # ---------------------------------------------------------------------- 1. scoring
 def reward_processor(config: dict[str, Any]):
-    """Qwen2.5-VL's processor, built offline: the real pixel budget, patch/merge sizes and
-    chat template, with the tiny tokenizer of :mod:`paco_reward.testing.qwen` (Qwen's
-    special tokens; its ids are far below the model's vocabulary size)."""
+    """The evaluator's processor, built offline: the real pixel budget, patch/merge sizes,
+    normalisation and chat template of Qwen2.5-VL (a flat config) or Qwen3-VL (``qwen3_vl``),
+    with the tiny tokenizer of :mod:`paco_reward.testing.qwen` (Qwen's special tokens; its ids
+    are far below the model's vocabulary size)."""
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
@@ -322,53 +430,81 @@ def reward_processor(config: dict[str, Any]):
         "merge_size": vision["spatial_merge_size"],
         "temporal_patch_size": vision["temporal_patch_size"],
     }
+    tokenizer = build_tiny_tokenizer()
+    if config["model_type"] == "qwen3_vl":
+        from transformers import Qwen3VLProcessor
+        from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+        from paco_reward.testing.qwen3_vl import IMAGE_MEAN, QWEN3_VL_CHAT_TEMPLATE
+
+        tokenizer.chat_template = QWEN3_VL_CHAT_TEMPLATE
+        norm = {"image_mean": IMAGE_MEAN, "image_std": IMAGE_MEAN}
+        budget = {"shortest_edge": QWEN3_VL_MIN_PIXELS, "longest_edge": QWEN3_VL_MAX_PIXELS}
+        return Qwen3VLProcessor(
+            image_processor=Qwen2VLImageProcessor(size=budget, **norm, **sizes),
+            tokenizer=tokenizer,
+            video_processor=Qwen3VLVideoProcessor(**norm, **sizes),
+            chat_template=QWEN3_VL_CHAT_TEMPLATE,
+        )
     budget = {"shortest_edge": QWEN_MIN_PIXELS, "longest_edge": QWEN_MAX_PIXELS}
     return Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(size=budget, **sizes),
-        tokenizer=build_tiny_tokenizer(),
+        tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(**sizes),
         chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
     )
 
 
-def build_reward_model(scale: float, device: torch.device, dtype: torch.dtype):
-    """(model, processor, config dict): PaCo-Reward-7B's architecture times ``scale`` with
-    random weights on ``device``, its special-token ids those of the processor's tokenizer."""
-    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
+# the shipped architecture's model_type -> its shrink function
+_REWARD_SHRINK = {"qwen2_5_vl": shrink_qwen2_5_vl, "qwen3_vl": shrink_qwen3_vl}
+
+
+def build_reward_model(scale: float, device: torch.device, dtype: torch.dtype,
+                       architecture: str = "qwen2_5_vl_7b"):  # fmt: skip
+    """(model, processor, config dict): the evaluator ``architecture`` (a key of
+    :data:`REWARD_ARCHITECTURES`) times ``scale`` with random weights on ``device``, its
+    special-token ids those of the processor's tokenizer (the text model's own in a nested
+    Qwen3-VL config)."""
+    import transformers
 
     from paco_reward.architectures import model_config
 
-    config = shrink_qwen2_5_vl(model_config(REWARD_MODEL), scale)
+    config = model_config(REWARD_ARCHITECTURES[architecture])
+    config = _REWARD_SHRINK[config["model_type"]](config, scale)
     processor = reward_processor(config)
     tokenizer = processor.tokenizer
-    config.update({k: tokenizer.convert_tokens_to_ids(t) for k, t in _SPECIAL_TOKEN_FIELDS.items()})
-    hf_config = AutoConfig.for_model(**config)
+    text = config.get("text_config", config)
+    for key, token in _SPECIAL_TOKEN_FIELDS.items():
+        target = text if key in ("bos_token_id", "eos_token_id", "pad_token_id") else config
+        target[key] = tokenizer.convert_tokens_to_ids(token)
+    hf_config = transformers.AutoConfig.for_model(**config)
+    cls = getattr(transformers, config["architectures"][0])
     torch.manual_seed(0)
-    model = _build_random(
-        lambda: Qwen2_5_VLForConditionalGeneration._from_config(hf_config, dtype=dtype),
-        device,
-        dtype,
-    )
+    model = _build_random(lambda: cls._from_config(hf_config, dtype=dtype), device, dtype)
     return model.eval(), processor, config
 
 
-def measure_scoring(args: GpuCheckArguments, device: torch.device) -> dict[str, Any]:
-    """pairs/s and peak memory of scoring at each batch size, transformers then vLLM."""
+def measure_scoring(args: GpuCheckArguments, device: torch.device,
+                    architecture: str = "qwen2_5_vl_7b") -> dict[str, Any]:  # fmt: skip
+    """pairs/s and peak memory of scoring with the evaluator ``architecture`` at each batch
+    size, transformers then (Qwen2.5-VL only) vLLM."""
     from paco_reward import PacoReward
     from paco_reward.local_backend import LocalBackend, default_dtype
 
     memory = _Memory(device)
     dtype = getattr(torch, args.dtype) if args.dtype else default_dtype(device)
     start = time.perf_counter()
-    model, processor, config = build_reward_model(args.scale, device, dtype)
+    model, processor, config = build_reward_model(args.scale, device, dtype, architecture)
     memory.sync()
     parameters, weight_bytes = _num_parameters(model)
+    text = config.get("text_config", config)
     result: dict[str, Any] = {
-        "model": REWARD_MODEL,
+        "architecture": architecture,
+        "model": REWARD_ARCHITECTURES[architecture],
         "dtype": str(dtype).removeprefix("torch."),
         "parameters": parameters,
         "weight_bytes": weight_bytes,
-        "layers": {"text": config["num_hidden_layers"], "vision": config["vision_config"]["depth"]},
+        "layers": {"text": text["num_hidden_layers"], "vision": config["vision_config"]["depth"]},
         "build_seconds": time.perf_counter() - start,
         "rows": [],
     }
@@ -379,7 +515,7 @@ def measure_scoring(args: GpuCheckArguments, device: torch.device) -> dict[str, 
         result["rows"].append({"engine": "transformers", **row})
     _, grid = reward.backend.preprocess_images([random_pairs(1, args.resolution, 0)[0][0]])
     result["image_tokens_per_image"] = int(grid.prod()) // processor.image_processor.merge_size**2
-    if not args.vllm:
+    if not args.vllm or config["model_type"] != "qwen2_5_vl":  # vLLM: the 7B evaluator's
         return result
     if importlib.util.find_spec("vllm") is None:
         result["rows"].append({"engine": "vllm", "status": "not installed"})
@@ -431,42 +567,131 @@ def measure_vllm(args: GpuCheckArguments, folder: Path, memory: _Memory, device:
 
 
 # ---------------------------------------------------------------------- 2. training
-def _random_text_sampler(pipe, config: dict[str, Any], max_sequence_length: int,
-                         dtype: torch.dtype):  # fmt: skip
-    """The trainer's :class:`~paco_grpo.pipelines.FlowGRPOSampler` with random ``dtype`` text
-    conditioning of the real shape in place of the (frozen) T5 and CLIP encoders, one fixed
-    draw per prompt text."""
-    from paco_grpo.pipelines import FlowGRPOSampler, PromptEmbeddings
+@dataclass(frozen=True)
+class RandomText:
+    """A text-to-image pipeline's pieces this check supplies itself: its scheduler config (the
+    real model's) and, in place of its frozen text encoders, random conditioning: per prompt
+    text, tensors of ``shapes(transformer config, text tokens)``, assembled by
+    ``pack(per-prompt tensors, device)`` into what its sampler's ``encode_prompts`` returns."""
 
-    class RandomTextSampler(FlowGRPOSampler):
-        def __init__(self) -> None:
-            super().__init__(pipe, max_sequence_length=max_sequence_length)
-            self.drawn: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    scheduler_config: dict[str, Any]
+    shapes: Callable[[dict[str, Any], int], list[tuple[int, ...]]]
+    pack: Callable[[list[list[torch.Tensor]], Any], Any]
 
+
+def _stacked(tensors: list[list[torch.Tensor]], k: int) -> torch.Tensor:
+    return torch.stack([t[k] for t in tensors])
+
+
+def _pack_flux(tensors, device):  # T5 tokens, pooled CLIP, text position ids
+    from paco_grpo.pipelines import PromptEmbeddings
+
+    embeds = _stacked(tensors, 0)
+    return PromptEmbeddings(embeds, _stacked(tensors, 1), embeds.new_zeros(embeds.shape[1], 3))
+
+
+def _pack_sd3(tensors, device):  # CLIP-L/G then T5 tokens, pooled CLIP-L + G, no ids
+    from paco_grpo.pipelines import PromptEmbeddings
+
+    embeds = _stacked(tensors, 0)
+    return PromptEmbeddings(embeds, _stacked(tensors, 1), embeds.new_zeros(0, 3))
+
+
+def _pack_qwen_image(tensors, device):  # Qwen2.5-VL tokens padded into a batch, their mask
+    from paco_grpo.pipelines.qwen_image import pad_prompt_embeds
+
+    return pad_prompt_embeds([t[0] for t in tensors], device)
+
+
+def _pack_flux2(tensors, device):  # three text-encoder layers' tokens, stacked in the width
+    return _stacked(tensors, 0)
+
+
+def random_text(pipeline: str) -> RandomText:
+    """The :class:`RandomText` of a registered text-to-image ``pipeline`` name.
+
+    Raises:
+        ValueError: a pipeline this check has no random text for (the editing ones).
+    """
+    from paco_grpo.testing.flux import FLUX_DEV_SCHEDULER_CONFIG
+    from paco_grpo.testing.flux2 import FLUX2_SCHEDULER_CONFIG
+    from paco_grpo.testing.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG
+    from paco_grpo.testing.sd3 import SD35_SCHEDULER_CONFIG
+
+    def text(c, length):
+        return [(length, c["joint_attention_dim"])]
+
+    def with_pooled(c, length):
+        return [*text(c, length), (c["pooled_projection_dim"],)]
+
+    def sd3(c, length):  # CLIP-L's and CLIP-G's 77 tokens (zero-padded to T5's width) first
+        return [(77 + length, c["joint_attention_dim"]), (c["pooled_projection_dim"],)]
+
+    flux2 = RandomText(FLUX2_SCHEDULER_CONFIG, text, _pack_flux2)
+    known = {
+        "flux": RandomText(FLUX_DEV_SCHEDULER_CONFIG, with_pooled, _pack_flux),
+        "sd3": RandomText(SD35_SCHEDULER_CONFIG, sd3, _pack_sd3),
+        "qwen_image": RandomText(QWEN_IMAGE_SCHEDULER_CONFIG, text, _pack_qwen_image),
+        "flux2": flux2,
+        "flux2_klein": flux2,
+    }
+    if pipeline not in known:
+        raise ValueError(
+            f"gpu_check trains the text-to-image pipelines {sorted(known)}, not {pipeline!r}."
+        )
+    return known[pipeline]
+
+
+def policy_pipeline(spec, transformer, scheduler_config: dict[str, Any], model_name: str):
+    """The diffusers pipeline of ``spec`` holding only ``transformer`` and the real scheduler
+    (no VAE, no text encoders: the sampler needs its latent packing and schedule)."""
+    import diffusers
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    cls = getattr(diffusers, spec.diffusers_class)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs: dict[str, Any] = {
+        name: None
+        for name, p in params.items()
+        if name != "self" and p.default is inspect.Parameter.empty
+    }
+    kwargs.update(scheduler=FlowMatchEulerDiscreteScheduler(**scheduler_config),
+                  transformer=transformer)  # fmt: skip
+    if "is_distilled" in params:  # FLUX.2-klein: the step-distilled models run no true CFG
+        kwargs["is_distilled"] = "-base-" not in model_name
+    return cls(**kwargs)
+
+
+def _random_text_sampler(spec, pipe, grpo, config: dict[str, Any], dtype: torch.dtype):
+    """The trainer's sampler of ``spec`` (built as the trainer builds it from the recipe
+    ``grpo``) with random ``dtype`` text conditioning of the real shape in place of the
+    (frozen) text encoders, one fixed draw per prompt text (the negative prompt of true CFG
+    included)."""
+    text = random_text(spec.name)
+
+    class RandomTextSampler(spec.sampler):
         @torch.no_grad()
-        def encode_prompts(self, prompts: Sequence[str], device=None) -> PromptEmbeddings:
+        def encode_prompts(self, prompts: Sequence[str], device=None):
             device = device or self.pipe._execution_device
+            drawn = self.__dict__.setdefault("drawn", {})
             for p in dict.fromkeys(prompts):
-                if p not in self.drawn:
-                    g = torch.Generator().manual_seed(len(self.drawn))
-                    self.drawn[p] = (
-                        torch.randn(
-                            max_sequence_length, config["joint_attention_dim"], generator=g
-                        ),
-                        torch.randn(config["pooled_projection_dim"], generator=g),
-                    )
-            embeds = torch.stack([self.drawn[p][0] for p in prompts]).to(device, dtype)
-            pooled = torch.stack([self.drawn[p][1] for p in prompts]).to(device, dtype)
-            text_ids = torch.zeros(max_sequence_length, 3, device=device, dtype=dtype)
-            return PromptEmbeddings(embeds, pooled, text_ids)
+                if p not in drawn:
+                    g = torch.Generator().manual_seed(len(drawn))
+                    shapes = text.shapes(config, self.max_sequence_length)
+                    drawn[p] = [
+                        torch.randn(shape, generator=g).to(device, dtype) for shape in shapes
+                    ]
+            return text.pack([drawn[p] for p in prompts], device)
 
-    return RandomTextSampler()
+    return dataclasses.replace(spec, sampler=RandomTextSampler).build_sampler(pipe, grpo)
 
 
 def predicted_training_bytes(config: dict[str, Any], grpo, static: dict[str, int],
-                             dtype: torch.dtype) -> dict[str, Any]:  # fmt: skip
+                             dtype: torch.dtype, calls: int = 1) -> dict[str, Any]:  # fmt: skip
     """The built model's static bytes plus the planner's activation estimate for the same
-    shapes; ``{"status": ...}`` when :mod:`paco_grpo.planning` is not there."""
+    shapes, LoRA and transformer calls per step (``calls``: 2 with true CFG, as
+    :func:`paco_grpo.planning.plan_grpo` counts them); ``{"status": ...}`` when
+    :mod:`paco_grpo.planning` is not there."""
     try:  # imported here: the check runs whether or not the planner is installed
         from paco_grpo.planning import transformer_activation_bytes
     except ImportError as err:
@@ -479,8 +704,11 @@ def predicted_training_bytes(config: dict[str, Any], grpo, static: dict[str, int
                 resolution=grpo.train.resolution,
                 text_tokens=grpo.max_sequence_length,
                 lora_r=grpo.lora_r,
+                lora_alpha=grpo.lora_alpha,
+                targets=list(grpo.lora_target_modules),
                 gradient_checkpointing=grpo.gradient_checkpointing,
                 dtype=dtype,
+                calls=calls,
             )
         )
     except Exception as err:  # the planner's failure is reported; the measurement stands
@@ -494,61 +722,86 @@ def predicted_training_bytes(config: dict[str, Any], grpo, static: dict[str, int
     }
 
 
-def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str, Any]:
-    """s/step and peak memory of the trainer's GRPO step on one micro-batch of the recipe,
-    on the device the trainer would use: the ``Accelerator``'s (``device`` only says CPU or
-    not, as ``ACCELERATE_USE_CPU`` does for the trainer)."""
-    from accelerate import Accelerator
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-    from diffusers.training_utils import EMAModel
-
-    from paco_grpo.architectures import pipeline_configs
-    from paco_grpo.data import PromptItem
+def recipe_pipeline(recipe: str) -> str | None:
+    """The ``pipeline`` a recipe names (``None`` when it does not load)."""
     from paco_grpo.grpo_config import GRPOConfig
-    from paco_grpo.grpo_loss import grpo_loss
-    from paco_grpo.policy import add_lora
-    from paco_grpo.rollout import Rollout
-    from paco_grpo.testing.flux import FLUX_DEV_SCHEDULER_CONFIG
-    from paco_reward.devices import resolve_device
 
-    on_cpu = device.type == "cpu"
-    recipe = GRPOConfig.from_yaml(args.recipe)
+    try:
+        return GRPOConfig.from_yaml(recipe).pipeline
+    except Exception:  # the measurement reports why
+        return None
+
+
+def _scaled_recipe(args: GpuCheckArguments, recipe: str, on_cpu: bool):
+    """The recipe at ``--resolution``, its LoRA rank and text length times ``--scale``, in
+    ``--dtype`` (float32 on a CPU by default: bf16 matmuls are slow there; ``--dtype
+    bfloat16`` runs the GPU's arithmetic, the recipe's bf16 autocast included)."""
+    from paco_grpo.grpo_config import GRPOConfig
+
+    base = GRPOConfig.from_yaml(recipe)
     overrides: dict[str, Any] = {
         "train.resolution": args.resolution,
-        "lora_r": max(1, round(recipe.lora_r * args.scale)),  # the rank is a width too
-        "lora_alpha": max(1, round(recipe.lora_alpha * args.scale)),
+        "lora_r": max(1, round(base.lora_r * args.scale)),  # the rank is a width too
+        "lora_alpha": max(1, round(base.lora_alpha * args.scale)),
     }
     if args.scale < 1:  # the text's length scales like a width: 512 T5 tokens dominate else
-        overrides["max_sequence_length"] = max(8, round(recipe.max_sequence_length * args.scale))
-    # float32 on a CPU by default: bf16 matmuls are slow there (--dtype bfloat16 runs the
-    # GPU's arithmetic, the recipe's bf16 autocast included)
-    dtype_name = args.dtype or ("float32" if on_cpu else recipe.dtype)
+        overrides["max_sequence_length"] = max(8, round(base.max_sequence_length * args.scale))
+    dtype_name = args.dtype or ("float32" if on_cpu else base.dtype)
     if dtype_name == "float32":
         overrides.update(dtype="float32", mixed_precision="no")
     else:
         overrides["dtype"] = dtype_name
-    cfg = GRPOConfig.from_yaml(args.recipe, overrides)
-    if cfg.pipeline != "flux":
-        raise ValueError(f"{args.recipe}: gpu_check trains text-to-image FLUX, not {cfg.pipeline}.")
+    return GRPOConfig.from_yaml(recipe, overrides)
+
+
+def measure_training(args: GpuCheckArguments, device: torch.device,
+                     recipe: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """s/step and peak memory of the trainer's GRPO step on one micro-batch of ``recipe``
+    (default the first of ``--recipe``; any registered text-to-image pipeline), on the
+    device the trainer would use: the ``Accelerator``'s (``device`` only says CPU or not, as
+    ``ACCELERATE_USE_CPU`` does for the trainer)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    recipe = recipe or args.recipe[0]
+    cfg = _scaled_recipe(args, recipe, on_cpu=device.type == "cpu")
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device.type == "cpu")
+    try:
+        return _measure_step(args, cfg, recipe, accelerator)
+    finally:  # the next recipe starts afresh (its mixed precision may differ)
+        accelerator.free_memory()
+        AcceleratorState._reset_state()
+
+
+def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dict[str, Any]:
+    """:func:`measure_training`'s work on the scaled recipe ``cfg``."""
+    import diffusers
+    from diffusers.training_utils import EMAModel
+
+    from paco_grpo.architectures import pipeline_configs
+    from paco_grpo.data import PromptItem
+    from paco_grpo.grpo_loss import grpo_loss
+    from paco_grpo.pipelines import get_pipeline_spec
+    from paco_grpo.policy import add_lora
+    from paco_grpo.rollout import Rollout
+    from paco_reward.devices import resolve_device
+
+    spec = get_pipeline_spec(cfg.pipeline)
+    text = random_text(cfg.pipeline)  # refuses an editing pipeline
     dtype = getattr(torch, cfg.dtype)
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=on_cpu)
+    # as plan_grpo counts them: two transformer calls per step with true CFG
+    calls = 2 if spec.true_cfg and cfg.train.guidance_scale > 1 else 1
     device = resolve_device(accelerator.device)
     memory = _Memory(device)
 
     start = time.perf_counter()
-    config = shrink_flux(pipeline_configs(cfg.model_name_or_path)["transformer"], args.scale)
+    config = shrink_transformer(pipeline_configs(cfg.model_name_or_path)["transformer"], args.scale)
+    cls = getattr(diffusers, config["_class_name"])
+    init = {k: v for k, v in config.items() if not k.startswith("_")}
     torch.manual_seed(cfg.seed)
-    transformer = _build_random(lambda: FluxTransformer2DModel.from_config(config), device, dtype)
+    transformer = _build_random(lambda: cls.from_config(init), device, dtype)
     # A pipeline of the transformer alone: the sampler needs its latent packing and scheduler.
-    pipe = FluxPipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_DEV_SCHEDULER_CONFIG),
-        vae=None,
-        text_encoder=None,
-        tokenizer=None,
-        text_encoder_2=None,
-        tokenizer_2=None,
-        transformer=transformer,
-    )
+    pipe = policy_pipeline(spec, transformer, text.scheduler_config, cfg.model_name_or_path)
     model = add_lora(cfg, pipe)  # freezes the base, LoRA in float32, checkpointing on
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -566,7 +819,7 @@ def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str,
     # --- the rollout: the trainer's sampler records the noise-step transitions
     batch_size = cfg.per_device_train_batch_size
     items = [PromptItem(id=f"p{k}", prompt=f"prompt {k}") for k in range(batch_size)]
-    sampler = _random_text_sampler(pipe, config, cfg.max_sequence_length, dtype)
+    sampler = _random_text_sampler(spec, pipe, cfg, config, dtype)
     rollout = Rollout(cfg, sampler, items, accelerator, editing=False)
     size = (cfg.train.resolution, cfg.train.resolution)
     tc = cfg.train
@@ -671,23 +924,32 @@ def measure_training(args: GpuCheckArguments, device: torch.device) -> dict[str,
         "adam_states": 2 * lora_bytes,  # exp_avg and exp_avg_sq, in the parameters' dtype
         **({"ema": lora_bytes} if ema is not None else {}),
     }
-    predicted = predicted_training_bytes(config, cfg, static, dtype)
+    predicted = predicted_training_bytes(config, cfg, static, dtype, calls)
     total = predicted.get("total_bytes")
+    layers = {"double": config["num_layers"]}  # dual-stream (MMDiT) blocks, all four models
+    if "num_single_layers" in config:
+        layers["single"] = config["num_single_layers"]
     return {
+        "pipeline": cfg.pipeline,
+        "recipe": str(recipe),
         "model": cfg.model_name_or_path,
-        "recipe": str(args.recipe),
+        "transformer": config["_class_name"],
         "dtype": cfg.dtype,
         "mixed_precision": cfg.mixed_precision,
         "parameters": base_count,
         "lora_parameters": lora_count,
         "lora_r": cfg.lora_r,
         "lora_alpha": cfg.lora_alpha,
-        "layers": {"double": config["num_layers"], "single": config["num_single_layers"]},
+        "lora_target_modules": list(cfg.lora_target_modules),
+        "layers": layers,
         "gradient_checkpointing": cfg.gradient_checkpointing,
         "batch_size": batch_size,
         "resolution": cfg.train.resolution,
-        "image_tokens": int(batch["latents"].shape[2]),
-        "text_tokens": cfg.max_sequence_length,
+        "image_tokens": (cfg.train.resolution // sampler.size_multiple) ** 2,
+        # the transformer's text tokens (SD3's 77 CLIP tokens before the T5 ones)
+        "text_tokens": text.shapes(config, cfg.max_sequence_length)[0][0],
+        "guidance_scale": cfg.train.guidance_scale,
+        "transformer_calls": calls,
         "noise_steps": len(steps),
         "build_seconds": build_seconds,
         "warm_up": warm_up,
@@ -716,17 +978,26 @@ def _count(value: int) -> str:
     return f"{value / 1e9:.2f} B" if value >= 1e9 else f"{value / 1e6:.2f} M"
 
 
+def _as_list(section: Any) -> list[dict[str, Any]]:
+    """A section's entries (a list; one dict from an older JSON)."""
+    if not section:
+        return []
+    return section if isinstance(section, list) else [section]
+
+
 def markdown(results: dict[str, Any]) -> str:
-    """The results as markdown tables."""
+    """The results as markdown tables: one per evaluator architecture, one row per recipe."""
     lines = [f"GPU check on {results['device_name']} (scale {results['scale']}, "
              f"{results['resolution']} px)", ""]  # fmt: skip
-    scoring = results.get("scoring", {})
-    if "error" in scoring:
-        lines += [f"Scoring failed: {scoring['error']}", ""]
-    elif scoring:
+    for scoring in _as_list(results.get("scoring")):
+        name = scoring.get("architecture", scoring.get("model", "?"))
+        if "error" in scoring:
+            lines += [f"Scoring with {name} failed: {scoring['error']}", ""]
+            continue
         lines += [
-            f"Scoring, {scoring['model']} shape ({_count(scoring['parameters'])} parameters, "
-            f"{scoring['dtype']}, {scoring.get('image_tokens_per_image', '?')} tokens per image)",
+            f"Scoring, {scoring['model']} shape ({name}, {_count(scoring['parameters'])} "
+            f"parameters, {scoring['dtype']}, {scoring.get('image_tokens_per_image', '?')} "
+            "tokens per image)",
             "",
             "| engine | batch | pairs/s | s/call | peak memory | max score diff vs transformers |",
             "|---|---:|---:|---:|---:|---:|",
@@ -742,32 +1013,49 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{'' if diff is None else f'{diff:.2e}'} |"
             )
         lines.append("")
-    training = results.get("training", {})
-    if "error" in training:
-        lines += [f"Training step failed: {training['error']}", ""]
-    elif training:
-        predicted = training["predicted"]
-        ratio = training["measured_over_predicted"]
+    training = _as_list(results.get("training"))
+    if training:
         lines += [
-            f"GRPO step, {training['model']} transformer ({_count(training['parameters'])} "
-            f"parameters, LoRA r{training['lora_r']}: {_count(training['lora_parameters'])}), "
-            f"micro-batch {training['batch_size']}, {training['image_tokens']} image + "
-            f"{training['text_tokens']} text tokens, checkpointing "
-            f"{'on' if training['gradient_checkpointing'] else 'off'}",
+            "GRPO step per recipe (micro-batch, LoRA, checkpointing as the recipe; "
+            "calls: transformer calls per step, 2 with true CFG)",
             "",
+            "| pipeline | transformer | LoRA | micro-batch | image + text tokens | calls "
             "| s/step | loss | peak memory | predicted | measured / predicted |",
-            "|---:|---:|---:|---:|---:|",
-            f"| {training['seconds_per_step']:.3f} | {training['loss']:.4g} | "
-            f"{_size(training['peak_memory_bytes'])} | {_size(predicted.get('total_bytes'))} | "
-            + ("n/a |" if ratio is None else f"{ratio:.2f} |"),
-            "",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        if "components" in predicted:
-            lines += ["| predicted component | bytes |", "|---|---:|"]
-            lines += [f"| {k} | {_size(v)} |" for k, v in predicted["components"].items()]
-        else:
-            lines.append(f"Prediction: {predicted['status']}")
+        failed, components = [], []
+        for t in training:
+            if "error" in t:
+                failed.append(t)
+                lines.append(f"| {t.get('pipeline') or '?'} | failed | | | | | | | | | |")
+                continue
+            predicted, ratio = t["predicted"], t["measured_over_predicted"]
+            lines.append(
+                f"| {t['pipeline']} | {t['model']} ({_count(t['parameters'])}) | "
+                f"r{t['lora_r']}: {_count(t['lora_parameters'])} | {t['batch_size']} | "
+                f"{t['image_tokens']} + {t['text_tokens']} | {t['transformer_calls']} | "
+                f"{t['seconds_per_step']:.3f} | {t['loss']:.4g} | "
+                f"{_size(t['peak_memory_bytes'])} | {_size(predicted.get('total_bytes'))} | "
+                + ("n/a |" if ratio is None else f"{ratio:.2f} |")
+            )
+            components.append(t)
         lines.append("")
+        for t in failed:
+            lines += [f"Training step of {t['recipe']} failed: {t['error']}", ""]
+        if components:
+            names = [p for t in components for p in t["predicted"].get("components", {})]
+            lines += [
+                "| predicted component | " + " | ".join(t["pipeline"] for t in components) + " |",
+                "|---|" + "---:|" * len(components),
+            ]
+            for name in dict.fromkeys(names):
+                cells = [t["predicted"].get("components", {}).get(name) for t in components]
+                lines.append(f"| {name} | " + " | ".join(
+                    "" if c is None else _size(c) for c in cells) + " |")  # fmt: skip
+            for t in components:
+                if "components" not in t["predicted"]:
+                    lines.append(f"Prediction for {t['pipeline']}: {t['predicted']['status']}")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -793,7 +1081,8 @@ def _environment(device: torch.device) -> dict[str, Any]:
 
 
 def run(args: GpuCheckArguments) -> int:
-    """Run both sections, print the tables (and write the JSON); 1 when a section failed."""
+    """Score with each evaluator architecture, then train each recipe's step, print the
+    tables (and write the JSON after each measurement); 1 when one failed."""
     from paco_reward.atomic_io import atomic_write_text
     from paco_reward.devices import resolve_device
 
@@ -802,20 +1091,24 @@ def run(args: GpuCheckArguments) -> int:
         **_environment(device),
         "scale": args.scale,
         "resolution": args.resolution,
+        "scoring": [],
+        "training": [],
     }
+    jobs = [("scoring", {"architecture": a}, measure_scoring, a) for a in args.reward_architectures]
+    jobs += [("training", {"pipeline": recipe_pipeline(r), "recipe": str(r)}, measure_training, r)
+             for r in args.recipe]  # fmt: skip
     failed = False
-    sections = {"scoring": measure_scoring, "training": measure_training}
-    for name, measure in sections.items():
+    for section, label, measure, what in jobs:
         try:
-            results[name] = measure(args, device)
-        except Exception as err:  # one section failing must not lose the other's numbers
+            results[section].append(measure(args, device, what))
+        except Exception as err:  # one failing must not lose the others' numbers
             traceback.print_exc()
-            results[name] = {"error": f"{type(err).__name__}: {err}"}
+            results[section].append({**label, "error": f"{type(err).__name__}: {err}"})
             failed = True
-        gc.collect()  # the section's models are gone: free their memory for the next one
+        gc.collect()  # its models are gone: free their memory for the next one
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        if args.json:  # after each section, so a crash later keeps what was measured
+        if args.json:  # after each, so a crash later keeps what was measured
             atomic_write_text(args.json, json.dumps(results, indent=2) + "\n")
     print(markdown(results))
     return 1 if failed else 0
