@@ -3,11 +3,12 @@
 Each recipe in ``recipes/`` that names an accelerate config is launched with that config's
 process count (``accelerate launch --config_file``, gloo, ``ACCELERATE_USE_CPU=1``) and
 its batch arithmetic unchanged: prompts per epoch, generations, sampling and training
-batch sizes, accumulation, passes. Only the models (tiny, built here), the data of the
-editing recipes (their parquet is the user's), resolutions, rewards (cheap ones: the
-recipe's evaluators would score 4,032 pairs per epoch), precision (fp32: bf16 on a CPU only
-slows this test; ``test_bf16.py`` checks bf16) and the text length of the tiny encoders
-are overridden. One epoch, then the last checkpoint is resumed in the same processes.
+batch sizes, accumulation, passes, the steps that are trained. Only the models (tiny, built
+here), the data of the editing recipes (their parquet is the user's), resolutions, rewards
+(cheap ones: the recipe's evaluators would score 4,032 pairs per epoch), precision (fp32:
+bf16 on a CPU only slows this test; ``test_bf16.py`` checks bf16), the text length of the
+tiny encoders, the number of denoising steps around the trained ones and the test set's
+size are overridden. One epoch, then the last checkpoint is resumed in the same processes.
 Recipes that name the same accelerate config run one after the other in one launch, since
 starting eight processes costs more than a tiny recipe's epoch.
 
@@ -79,8 +80,18 @@ def models(tmp_path_factory):
 
 
 def _overrides(recipe: str, models: dict) -> dict:
-    pipeline = GRPOConfig.from_yaml(recipe).pipeline
-    out = {**FAST, "model_name_or_path": str(models[pipeline])}
+    recipe_cfg = GRPOConfig.from_yaml(recipe)
+    pipeline = recipe_cfg.pipeline
+    _, nproc = launch_config(recipe)
+    out = {
+        **FAST,
+        "model_name_or_path": str(models[pipeline]),
+        # Fewer denoising steps, the recipe's trained noise steps kept: the distribution does
+        # not depend on them, and sampling 672 images at 10 steps is most of a run's compute.
+        "train.num_steps": max(recipe_cfg.train.noise_steps) + 2,
+        "test.num_steps": 2,
+        "test.num_prompts": nproc,  # one test prompt per process still gathers across them
+    }
     if pipeline == "qwen_image":  # the tiny tokenizer spends ~48 tokens on the prompt template
         out["max_sequence_length"] = 64
     if not get_pipeline_spec(pipeline).edits:  # text-to-image sets
