@@ -27,6 +27,7 @@ from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES
 from paco_reward.command_line import apply_overrides, coerce_floats
+from paco_reward.errors import ConfigError
 from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
 
 logger = logging.getLogger(__name__)
@@ -91,18 +92,18 @@ PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
 
 def _check_resolution(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 16 or value % 16:
-        raise ValueError(f"{name} must be a positive multiple of 16 pixels; got {value!r}.")
+        raise ConfigError(f"{name} must be a positive multiple of 16 pixels; got {value!r}.")
 
 
 def _check_weights(name: str, weights: dict[str, float]) -> None:
     if not isinstance(weights, dict) or not weights:
-        raise ValueError(
+        raise ConfigError(
             f"{name} must be a non-empty mapping of reward name to weight, e.g. "
             f"{{'consistency': 1.0}}; got {weights!r}."
         )
     bad = {k: w for k, w in weights.items() if not isinstance(w, (int, float)) or w < 0}
     if bad:
-        raise ValueError(f"{name} weights must be numbers >= 0; got {bad}.")
+        raise ConfigError(f"{name} weights must be numbers >= 0; got {bad}.")
 
 
 @dataclass
@@ -150,37 +151,37 @@ class TrainSection:
     def __post_init__(self) -> None:
         _check_resolution("train.resolution", self.resolution)
         if self.num_steps < 1:
-            raise ValueError(f"train.num_steps must be >= 1; got {self.num_steps}.")
+            raise ConfigError(f"train.num_steps must be >= 1; got {self.num_steps}.")
         if self.noise_level <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"train.noise_level must be > 0 (a = 0 has no log-probability to train); got {self.noise_level}."
             )
         if not self.noise_steps or any(not 0 <= s < self.num_steps for s in self.noise_steps):
-            raise ValueError(
+            raise ConfigError(
                 f"train.noise_steps must be a non-empty list of step indices in [0, {self.num_steps - 1}]; "
                 f"got {self.noise_steps!r}."
             )
         if self.sde_type not in SDE_TYPES:
-            raise ValueError(f"train.sde_type must be one of {SDE_TYPES}; got {self.sde_type!r}.")
+            raise ConfigError(f"train.sde_type must be one of {SDE_TYPES}; got {self.sde_type!r}.")
         if self.cps_log_prob not in CPS_LOG_PROBS:
-            raise ValueError(
+            raise ConfigError(
                 f"train.cps_log_prob must be one of {CPS_LOG_PROBS}; got {self.cps_log_prob!r}."
             )
         if self.sde_type == "sde" and self.cps_log_prob != "gaussian":
-            raise ValueError(
+            raise ConfigError(
                 f"train.cps_log_prob={self.cps_log_prob!r} applies only to train.sde_type: cps "
                 "(the SDE step's log-probability is always its Gaussian density); set "
                 "train.sde_type: cps or drop train.cps_log_prob."
             )
         if self.sde_type == "cps":
             if self.noise_level > 1:
-                raise ValueError(
+                raise ConfigError(
                     f"train.noise_level must be in (0, 1] with train.sde_type: cps (std = "
                     f"sigma_next*sin(a*pi/2) grows only up to a = 1; a and 2 - a give the same "
                     f"std); got {self.noise_level}."
                 )
             if self.num_steps - 1 in self.noise_steps:
-                raise ValueError(
+                raise ConfigError(
                     f"train.noise_steps includes the last step ({self.num_steps - 1}), whose next "
                     "sigma is 0: with train.sde_type: cps its std = sigma_next*sin(a*pi/2) is 0, "
                     "a deterministic step with no log-probability; drop it from "
@@ -237,9 +238,9 @@ class EvalSection:
     def __post_init__(self) -> None:
         _check_resolution("test.resolution", self.resolution)
         if self.num_steps < 1:
-            raise ValueError(f"test.num_steps must be >= 1; got {self.num_steps}.")
+            raise ConfigError(f"test.num_steps must be >= 1; got {self.num_steps}.")
         if self.every < 0 or self.num_prompts < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"test.every and test.num_prompts must be >= 0; got every={self.every}, "
                 f"num_prompts={self.num_prompts}."
             )
@@ -503,14 +504,16 @@ class GRPOConfig:
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}; got {value!r}.")
+                raise ConfigError(f"{name} must be one of {allowed}; got {value!r}.")
         if isinstance(self.log_taming_threshold, str):
             if self.log_taming_threshold not in ("mean", "median"):
-                raise ValueError(
+                raise ConfigError(
                     f"log_taming_threshold must be a number, 'mean' or 'median'; got {self.log_taming_threshold!r}."
                 )
         elif self.log_taming_threshold < 0:
-            raise ValueError(f"log_taming_threshold must be >= 0; got {self.log_taming_threshold}.")
+            raise ConfigError(
+                f"log_taming_threshold must be >= 0; got {self.log_taming_threshold}."
+            )
         positive = {
             "lora_r": self.lora_r,
             "lora_alpha": self.lora_alpha,
@@ -525,18 +528,18 @@ class GRPOConfig:
         }
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+                raise ConfigError(f"{name} must be a positive integer; got {value!r}.")
         accumulation = self.gradient_accumulation_steps
         if accumulation != "auto" and (not isinstance(accumulation, int) or accumulation < 1):
-            raise ValueError(
+            raise ConfigError(
                 f"gradient_accumulation_steps must be a positive integer or 'auto'; got {accumulation!r}."
             )
         if self.num_generations < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"num_generations must be >= 2 (a group of one has no relative advantage); got {self.num_generations}."
             )
         if self.learning_rate <= 0 or self.epsilon <= 0 or self.adv_clip_max <= 0:
-            raise ValueError(
+            raise ConfigError(
                 "learning_rate, epsilon and adv_clip_max must be > 0; got "
                 f"{self.learning_rate}, {self.epsilon}, {self.adv_clip_max}."
             )
@@ -544,15 +547,15 @@ class GRPOConfig:
             self.report_to = [self.report_to]
         self.report_to = [t for t in self.report_to if t != "none"]
         if self.beta < 0 or self.std_floor <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"beta must be >= 0 and std_floor > 0; got {self.beta}, {self.std_floor}."
             )
         if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")
+            raise ConfigError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")
         if self.save_every < 0 or self.num_sample_images < 0 or self.warmup_steps < 0:
-            raise ValueError("save_every, num_sample_images and warmup_steps must be >= 0.")
+            raise ConfigError("save_every, num_sample_images and warmup_steps must be >= 0.")
         if not self.lora_target_modules:
-            raise ValueError(
+            raise ConfigError(
                 "lora_target_modules is empty; list the transformer projections to adapt."
             )
         if PIPELINE_SPECS[self.pipeline].edits:
@@ -564,21 +567,21 @@ class GRPOConfig:
                 if path is not None and fmt == "auto":
                     fmt = "parquet" if str(path).endswith(".parquet") else "other"
                 if path is not None and fmt != "parquet":
-                    raise ValueError(
+                    raise ConfigError(
                         f"pipeline={self.pipeline!r} edits a reference image per prompt, so {name} "
                         f"must be (prompt, image) parquet; got {path!r} with "
                         f"prompt_format={self.prompt_format!r}."
                     )
         unknown_kwargs = set(self.reward_kwargs) - set(self.rewards)
         if unknown_kwargs:
-            raise ValueError(
+            raise ConfigError(
                 f"reward_kwargs names {sorted(unknown_kwargs)} which are not in rewards {sorted(self.rewards)}."
             )
         if not isinstance(self.async_rewards, bool):
-            raise ValueError(f"async_rewards must be true or false; got {self.async_rewards!r}.")
+            raise ConfigError(f"async_rewards must be true or false; got {self.async_rewards!r}.")
         bad_kwargs = {n: kw for n, kw in self.reward_kwargs.items() if not isinstance(kw, dict)}
         if bad_kwargs:
-            raise ValueError(
+            raise ConfigError(
                 f"reward_kwargs values must be mappings of constructor arguments, e.g. "
                 f"{{consistency: {{model: PATH}}}}; got {bad_kwargs}."
             )
@@ -588,7 +591,7 @@ class GRPOConfig:
             name="model_init_kwargs",
             allowed=PIPELINE_KWARGS,
             reserved={"dtype": "the dtype field", "torch_dtype": "the dtype field"},
-            error=ValueError,
+            error=ConfigError,
         )
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -622,7 +625,7 @@ class GRPOConfig:
 
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: a recipe must be a YAML mapping of config fields.")
+            raise ConfigError(f"{path}: a recipe must be a YAML mapping of config fields.")
         data = apply_overrides(data, overrides or {})
         return cls.from_dict(data)
 
@@ -643,11 +646,11 @@ VERSION_KEY = "paco_rl_version"
 
 def _from_dict(cls, data: dict[str, Any], prefix: str):
     if not isinstance(data, dict):
-        raise ValueError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"Unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; valid keys: "
             f"{sorted(prefix + n for n in names)}."
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from paco_reward.errors import (
+    ConfigError,
     InvalidImageError,
     LayoutError,
     LogprobTokenIdsIgnoredError,
@@ -55,6 +56,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
     "TEMPLATES",
+    "ConfigError",
     "EditScore",
     "InvalidImageError",
     "Judgement",

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paco_reward.errors import ConfigError
+
 __all__ = ["Command", "config_field", "parse_config", "run_cli"]
 
 logger = logging.getLogger(__name__)
@@ -260,7 +262,7 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         for parent in parents:
             target = target.setdefault(parent, {})
             if not isinstance(target, dict):
-                raise ValueError(f"override {key!r}: {parent!r} is not a section.")
+                raise ConfigError(f"override {key!r}: {parent!r} is not a section.")
         target[leaf] = value
     return out
 
@@ -291,7 +293,7 @@ def coerce_floats(cls: type, values: dict[str, Any], prefix: str = "") -> dict[s
             try:
                 out[name] = float(value)
             except ValueError:
-                raise ValueError(f"{prefix}{name} must be a number; got {value!r}.") from None
+                raise ConfigError(f"{prefix}{name} must be a number; got {value!r}.") from None
     return out
 
 
@@ -303,7 +305,7 @@ def build_config(cls: type, values: dict[str, Any], where: str = "arguments"):
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(names)}."
         )
     return cls(**coerce_floats(cls, values))
@@ -315,10 +317,10 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"No recipe file at {str(path)!r}.")
+        raise ConfigError(f"No recipe file at {str(path)!r}.")
     values = yaml.safe_load(path.read_text()) or {}
     if not isinstance(values, dict):
-        raise ValueError(f"Recipe {str(path)!r} must be a mapping of config fields to values.")
+        raise ConfigError(f"Recipe {str(path)!r} must be a mapping of config fields to values.")
     return values
 
 

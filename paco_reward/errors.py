@@ -12,6 +12,12 @@ class PacoError(Exception):
     """Base class of every error paco-rl raises on purpose."""
 
 
+class ConfigError(PacoError, ValueError):
+    """A recipe, config field or command-line override is invalid: an unknown key, a value of
+    the wrong type or out of range, or fields that contradict each other. The message names
+    the field as a recipe spells it (``train.noise_steps``, ``lora_r``) and what it accepts."""
+
+
 class InvalidImageError(PacoError, ValueError):
     """An image input could not be read or is not an image (corrupt file, zero size,
     wrong array shape or dtype)."""

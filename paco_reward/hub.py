@@ -116,7 +116,7 @@ def check_kwargs(
         reserved: keys the caller takes as a parameter or field of its own, mapped to what
             to use instead (``{"torch_dtype": "dtype="}``).
         error: the exception raised (``TypeError`` for a function's keyword arguments,
-            ``ValueError`` in a config's ``__post_init__``).
+            ``ConfigError`` in a config's ``__post_init__``).
 
     Raises:
         error: ``kwargs`` is not a mapping with string keys, holds a reserved key, or a key

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from paco_reward.errors import ConfigError
+
 
 @dataclass
 class ServerConfig:
@@ -62,11 +64,11 @@ class ServerConfig:
         if self.served_model_name is not None and (
             not isinstance(self.served_model_name, str) or not self.served_model_name.strip()
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"served_model_name must be a non-empty string; got {self.served_model_name!r}."
             )
         if self.api_key is not None and not self.api_key:
-            raise ValueError("api_key must be a non-empty string or None (no authentication).")
+            raise ConfigError("api_key must be a non-empty string or None (no authentication).")
         for name in (
             "max_batch_size",
             "max_queue",
@@ -79,8 +81,8 @@ class ServerConfig:
             "max_new_tokens",
         ):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}.")
+                raise ConfigError(f"{name} must be >= 1; got {getattr(self, name)}.")
         if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0; got {self.max_wait_ms}.")
+            raise ConfigError(f"max_wait_ms must be >= 0; got {self.max_wait_ms}.")
         if not 0 <= self.max_top_logprobs:
-            raise ValueError(f"max_top_logprobs must be >= 0; got {self.max_top_logprobs}.")
+            raise ConfigError(f"max_top_logprobs must be >= 0; got {self.max_top_logprobs}.")

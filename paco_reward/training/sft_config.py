@@ -22,6 +22,7 @@ from typing import Any
 
 from trl import SFTConfig
 
+from paco_reward.errors import ConfigError
 from paco_reward.hub import check_kwargs
 from paco_reward.training.loss import LOSS_MODES
 
@@ -270,40 +271,40 @@ class PacoSFTConfig(SFTConfig):
         self._set_activation_checkpointing()
         super().__post_init__()
         if not 0.0 <= self.first_token_weight <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"first_token_weight must be in [0, 1]; got {self.first_token_weight!r}."
             )
         if self.loss_mode not in LOSS_MODES:
-            raise ValueError(f"loss_mode {self.loss_mode!r} is not one of {LOSS_MODES}.")
+            raise ConfigError(f"loss_mode {self.loss_mode!r} is not one of {LOSS_MODES}.")
         if self.model_dtype not in MODEL_DTYPES:
-            raise ValueError(f"model_dtype {self.model_dtype!r} is not one of {MODEL_DTYPES}.")
+            raise ConfigError(f"model_dtype {self.model_dtype!r} is not one of {MODEL_DTYPES}.")
         if self.lora_r <= 0 or self.lora_alpha <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"lora_r and lora_alpha must be positive; got {self.lora_r!r}, {self.lora_alpha!r}."
             )
         if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}.")
+            raise ConfigError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}.")
         if self.tiny_vision not in ("base", "wide"):
-            raise ValueError(f"tiny_vision must be 'base' or 'wide'; got {self.tiny_vision!r}.")
+            raise ConfigError(f"tiny_vision must be 'base' or 'wide'; got {self.tiny_vision!r}.")
         if self.reasoning_warmup_steps < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"reasoning_warmup_steps must be >= 0; got {self.reasoning_warmup_steps!r}."
             )
         if self.reasoning_warmup_steps and self.dataloader_num_workers:
-            raise ValueError(
+            raise ConfigError(
                 "reasoning_warmup_steps needs dataloader_num_workers=0 (the collator switches "
                 f"format in the main process); got {self.dataloader_num_workers!r} workers."
             )
         for name in ("image_min_pixels", "image_max_pixels", "max_length"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive or None; got {value!r}.")
+                raise ConfigError(f"{name} must be positive or None; got {value!r}.")
         if (
             self.image_min_pixels is not None
             and self.image_max_pixels is not None
             and self.image_min_pixels > self.image_max_pixels
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"image_min_pixels ({self.image_min_pixels}) exceeds image_max_pixels "
                 f"({self.image_max_pixels})."
             )
@@ -315,7 +316,7 @@ class PacoSFTConfig(SFTConfig):
                 self.model_init_kwargs,
                 name="model_init_kwargs",
                 reserved=MODEL_INIT_RESERVED,
-                error=ValueError,
+                error=ConfigError,
             )
             or None
         )
@@ -328,7 +329,7 @@ class PacoSFTConfig(SFTConfig):
         for ours, theirs in CHECKPOINTING.items():
             value, other = getattr(self, ours), getattr(self, theirs)
             if value is not None and other is not None and value != other:
-                raise ValueError(
+                raise ConfigError(
                     f"{ours}={value!r} and {theirs}={other!r} disagree: {theirs} is "
                     f"TrainingArguments' name of {ours}; set {ours} only."
                 )

@@ -20,6 +20,7 @@ from paco_grpo.cli import (
 )
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
 from paco_reward.command_line import parse_config
+from paco_reward.errors import ConfigError
 
 BASE = {
     "model_name_or_path": "m",
@@ -96,23 +97,23 @@ def test_every_field_has_help():
 def test_unknown_keys_fail(tmp_path):
     """An unknown key, a misspelling or a name this config does not use, fails naming it
     and listing the valid keys of its section."""
-    with pytest.raises(ValueError, match=r"Unknown config key\(s\) \['lerning_rate'\]"):
+    with pytest.raises(ConfigError, match=r"Unknown config key\(s\) \['lerning_rate'\]"):
         GRPOConfig.from_dict({**BASE, "lerning_rate": 1.0})
-    with pytest.raises(ValueError, match=r"\['max_epochs'\] for GRPOConfig; valid keys: .*'num_"):
+    with pytest.raises(ConfigError, match=r"\['max_epochs'\] for GRPOConfig; valid keys: .*'num_"):
         GRPOConfig.from_dict({**BASE, "max_epochs": 1})
-    with pytest.raises(ValueError, match=r"Unknown config key\(s\) \['train.resolutoin'\]"):
+    with pytest.raises(ConfigError, match=r"Unknown config key\(s\) \['train.resolutoin'\]"):
         GRPOConfig.from_dict({**BASE, "train": {"resolutoin": 512}})
-    with pytest.raises(ValueError, match=r"\['test.batch_size'\] for EvalSection; valid keys"):
+    with pytest.raises(ConfigError, match=r"\['test.batch_size'\] for EvalSection; valid keys"):
         GRPOConfig.from_dict({**BASE, "test": {"batch_size": 2}})
     recipe = tmp_path / "r.yaml"
     recipe.write_text("- a\n- b\n")
-    with pytest.raises(ValueError, match="must be a YAML mapping"):
+    with pytest.raises(ConfigError, match="must be a YAML mapping"):
         GRPOConfig.from_yaml(recipe)
-    with pytest.raises(ValueError, match="'num_train_epochs' is not a section"):
+    with pytest.raises(ConfigError, match="'num_train_epochs' is not a section"):
         GRPOConfig.from_yaml(
             "recipes/grpo_tiny_cpu.yaml", {"num_train_epochs": 3, "num_train_epochs.x": 1}
         )
-    with pytest.raises(ValueError, match="test must be a mapping"):
+    with pytest.raises(ConfigError, match="test must be a mapping"):
         GRPOConfig.from_dict({**BASE, "test": 3})
 
 
@@ -197,7 +198,7 @@ def test_the_recipes_commented_cps_setting_loads():
 )
 def test_validation_errors_name_the_value(overrides, match):
     """Each check fires at load time and names the bad value."""
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         GRPOConfig.from_dict({**BASE, **overrides})
 
 
@@ -264,5 +265,5 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
                       "adam_epsilon: 1e-8\nlearning_rate: 3e-4\n")  # fmt: skip
     cfg = GRPOConfig.from_yaml(recipe)
     assert cfg.adam_epsilon == 1e-8 and cfg.learning_rate == 3e-4
-    with pytest.raises(ValueError, match="learning_rate must be a number; got 'fast'"):
+    with pytest.raises(ConfigError, match="learning_rate must be a number; got 'fast'"):
         GRPOConfig.from_yaml(recipe, {"learning_rate": "fast"})

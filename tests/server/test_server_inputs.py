@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from paco_reward.errors import ConfigError
 from paco_reward.remote_backend import RemoteBackend
 from paco_reward.server import ServerConfig, ServerThread, create_app
 from paco_reward.server.decode import (
@@ -256,7 +257,7 @@ def test_header_parsers_read_real_files():
     ],
 )
 def test_server_config_validation(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         ServerConfig(**{"served_model_name": "m", **kwargs})
 
 

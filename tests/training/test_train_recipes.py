@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from paco_reward.errors import ConfigError
 from paco_reward.training.cli import load_recipe
 from paco_reward.training.loading import build_trainer
 from paco_reward.training.metrics import decision_metrics, roc_auc
@@ -188,22 +189,22 @@ def test_a_float_written_without_a_dot_is_a_float(tmp_path):
     cfg = load_recipe(recipe)
     assert cfg.learning_rate == 0.0005 and cfg.adam_epsilon == 1e-6
     recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: fast\n")
-    with pytest.raises(ValueError, match="learning_rate must be a number; got 'fast'"):
+    with pytest.raises(ConfigError, match="learning_rate must be a number; got 'fast'"):
         load_recipe(recipe)
 
 
 def test_unknown_keys_fail(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"output_dir": str(tmp_path), "lora_rank": 8}))
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['lora_rank'\]"):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lora_rank'\]"):
         load_recipe(recipe)
     with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
         load_recipe(RECIPES / "tiny_cpu.yaml", ["--nope", "1"])
     assert usage.value.code == 2
-    with pytest.raises(ValueError, match="No recipe file at"):
+    with pytest.raises(ConfigError, match="No recipe file at"):
         load_recipe(tmp_path / "missing.yaml")
     recipe.write_text("- a list\n")
-    with pytest.raises(ValueError, match="must be a mapping"):
+    with pytest.raises(ConfigError, match="must be a mapping"):
         load_recipe(recipe)
 
 

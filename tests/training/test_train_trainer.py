@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from paco_reward.errors import ConfigError
 from paco_reward.training import PacoSFTCollator, PacoSFTConfig, PacoSFTTrainer
 from paco_reward.training.callbacks import read_metrics
 from paco_reward.training.loading import build_trainer, load_model_and_processor, lora_config
@@ -245,7 +246,7 @@ def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
     ],
 )
 def test_config_validation(tmp_path, overrides, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         PacoSFTConfig(output_dir=str(tmp_path), **overrides)
 
 
