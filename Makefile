@@ -104,8 +104,8 @@ environments:
 
 # Two phases. The main suite's quick tests keep about one core busy, so the vLLM peer tests run
 # beside them (their log is printed when both are done); then the slow tests, which keep both
-# cores busy, run alone. Side by side the two took 378 s and 254 s, one after the other
-# 376 s + 227 s.
+# cores busy, run alone. In one run the quick tests took 348 s with the vLLM tests (219 s)
+# beside them.
 test: environments lint
 	@log=$$(mktemp); \
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer >$$log 2>&1 & peer=$$!; \
