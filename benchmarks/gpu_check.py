@@ -782,6 +782,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
     from paco_grpo.data import PromptItem
     from paco_grpo.grpo_loss import grpo_loss
     from paco_grpo.pipelines import get_pipeline_spec
+    from paco_grpo.planning import transformer_calls
     from paco_grpo.policy import add_lora
     from paco_grpo.rollout import Rollout
     from paco_reward.devices import resolve_device
@@ -789,8 +790,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
     spec = get_pipeline_spec(cfg.pipeline)
     text = random_text(cfg.pipeline)  # refuses an editing pipeline
     dtype = getattr(torch, cfg.dtype)
-    # as plan_grpo counts them: two transformer calls per step with true CFG
-    calls = 2 if spec.true_cfg and cfg.train.guidance_scale > 1 else 1
+    calls = transformer_calls(cfg)  # as plan_grpo counts them
     device = resolve_device(accelerator.device)
     memory = _Memory(device)
 

@@ -101,6 +101,13 @@ def _sd3_forward(model, config: dict[str, Any], batch: int, image_tokens: int, t
                          pooled_projections=pooled, return_dict=False)[0]  # fmt: skip
 
 
+def transformer_calls(config: GRPOConfig) -> int:
+    """Transformer forwards per training step: 2 for a true-CFG pipeline guiding above 1
+    (conditional and unconditional), else 1."""
+    spec = get_pipeline_spec(config.pipeline)
+    return 2 if spec.true_cfg and config.train.guidance_scale > 1 else 1
+
+
 def transformer_activation_bytes(
     config: dict[str, Any],
     *,
@@ -206,7 +213,7 @@ def plan_grpo(
 
     spec = get_pipeline_spec(config.pipeline)
     editing = spec.edits
-    calls = 2 if spec.true_cfg and config.train.guidance_scale > 1 else 1
+    calls = transformer_calls(config)
     tokens = _tokens(config.train.resolution)
     forward = _forward(
         model, transformer, config.per_device_train_batch_size, tokens,
