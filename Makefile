@@ -102,21 +102,32 @@ lint: $(STAMP)
 environments:
 	$(MAKE) -j3 $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP)
 
-# Two phases. The main suite's quick tests keep about one core busy, so the vLLM peer tests run
-# beside them (their log is printed when both are done); then the slow tests, which keep both
-# cores busy, run alone. In one run the quick tests took 348 s with the vLLM tests (219 s)
-# beside them.
+# Three suites start at once: the main suite's quick tests (they keep about one core busy),
+# the vLLM peer tests beside them, and the demo evaluator test, whose two seed runs (14 CPU-minutes,
+# at low priority: tests/demo/conftest.py) soak up what the other tests leave idle. Then the
+# slow tests, which keep both cores busy; the evaluator test is collected last. Each suite's
+# log is printed, and a failure in any of them fails `make test` (phase 1's before the slow
+# tests start).
+BACKGROUND_TEST := tests/demo/test_demo_evaluator.py
+PYTEST := -m pytest -q -p no:cacheprovider
+
 test: environments lint
-	@log=$$(mktemp); \
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer >$$log 2>&1 & peer=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "not slow"; quick=$$?; \
-	wait $$peer; peer=$$?; echo "--- vLLM peer tests (tests/vllm_peer, $(VLLM_VENV)):"; cat $$log; \
-	rm -f $$log; test $$quick -eq 0 && test $$peer -eq 0
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m slow
+	@logs=$$(mktemp -d); \
+	$(VLLM_PY) $(PYTEST) --durations=10 tests/vllm_peer >$$logs/vllm 2>&1 & vllm=$$!; \
+	$(PY) $(PYTEST) $(BACKGROUND_TEST) >$$logs/background 2>&1 & background=$$!; \
+	$(PY) $(PYTEST) --durations=10 -m "not slow"; quick=$$?; \
+	wait $$vllm; vllm=$$?; echo "--- vLLM peer tests (tests/vllm_peer, $(VLLM_VENV)):"; \
+	cat $$logs/vllm; slow=1; \
+	if [ $$quick -eq 0 ] && [ $$vllm -eq 0 ]; then \
+	  $(PY) $(PYTEST) --durations=15 -m slow --ignore=$(BACKGROUND_TEST); slow=$$?; \
+	else kill $$background; fi; \
+	wait $$background; background=$$?; echo "--- $(BACKGROUND_TEST), started with the quick tests:"; \
+	cat $$logs/background; rm -rf $$logs; \
+	test $$quick -eq 0 && test $$vllm -eq 0 && test $$slow -eq 0 && test $$background -eq 0
 
 # The vLLM venv loads the main venv's CUDA libraries, so both are built.
 test-vllm: $(STAMP) $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider --durations=10 tests/vllm_peer
+	$(VLLM_PY) $(PYTEST) --durations=10 tests/vllm_peer
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -124,7 +135,7 @@ test-quick: $(STAMP)
 # The README's screenshots of `paco-data annotate` (docs/annotate*.png); `make test` writes
 # them to a temporary folder only.
 screenshots: $(STAMP) $(BROWSER_STAMP)
-	PACO_SCREENSHOTS_DIR=docs $(PY) -m pytest -q -p no:cacheprovider tests/annotate/test_annotate_browser.py
+	PACO_SCREENSHOTS_DIR=docs $(PY) $(PYTEST) tests/annotate/test_annotate_browser.py
 
 demo: $(STAMP)
 	$(PY) -m demo --output_dir demo_output

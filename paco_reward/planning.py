@@ -85,12 +85,15 @@ def check_plan(
     process. Refuses a certain failure (the weights and optimizer states alone exceed the
     GPU) unless ``skip``; warns, and goes on, when only the activation estimate does. A plan
     that cannot be made (an unknown architecture) is a warning: the plan never blocks a run
-    on its own mistake.
+    on its own mistake. Without a GPU there is no verdict, so only the main process plans
+    (for its table): the others return ``None`` at once.
 
     Raises:
         PlanError: with the plan and what to change, for a certain failure.
     """
     memory = gpu_memory_bytes(device)
+    if memory is None and not is_main_process:
+        return None  # nothing to refuse or print; planning would only import architectures
     try:
         plan = make_plan(memory / GiB if memory else None)
     except Exception as err:  # advice only: a plan that fails must not stop the run

@@ -11,11 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 # Tests never reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# One intra-op thread, in the test processes and in the processes they start: the tiny models
+# run as fast on one thread as on two, and a second thread spins on the core the suites beside
+# this one need (test_train_learning: 85 s on one thread, 87 s on two at 1.8 times the CPU).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # tests/vllm_peer needs vLLM, which lives in a venv of its own: `make test` runs that folder
 # with .venv-vllm's python after the main run, which leaves it out.

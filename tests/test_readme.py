@@ -84,7 +84,6 @@ def test_runnable_readme_blocks_run_as_written(tmp_path):
         "HF_HUB_OFFLINE": "1",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "2",
     }
     for language, code in runnable_blocks((ROOT / "README.md").read_text()):
         command = (

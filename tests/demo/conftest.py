@@ -3,8 +3,10 @@ evaluator test's background runs (test_demo_evaluator.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,8 +52,17 @@ EVALUATOR_SCALE = os.environ.get("PACO_TEST_EVALUATOR_SCALE", "96 600 700 3136")
 EVALUATOR_SEEDS = (0, 1)
 
 
+def _low_priority() -> None:
+    """In a run's process before it starts: niceness 10 (it yields to the tests of its own
+    session, and of the other suites `make test` starts in that session), and, on Linux, death
+    with the test process, however that ends (a `make test` that stops early kills it)."""
+    os.nice(10)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
 def start_evaluator_runs(folder: Path) -> list[subprocess.Popen]:
-    """Both seeds' runs, started now at niceness 10, their output piped."""
+    """Both seeds' runs, started now at low priority (:func:`_low_priority`), output piped."""
     env = {
         **os.environ,
         "PYTHONPATH": str(EVALUATOR_RUN.parents[2]),
@@ -66,7 +77,7 @@ def start_evaluator_runs(folder: Path) -> list[subprocess.Popen]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: os.nice(10),
+            preexec_fn=_low_priority,
         )
         for seed in EVALUATOR_SEEDS
     ]

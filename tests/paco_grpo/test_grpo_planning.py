@@ -176,6 +176,22 @@ def test_a_plan_that_cannot_be_made_never_blocks(caplog):
     assert "No memory plan" in caplog.text and "unknown architecture" in caplog.text
 
 
+def test_without_a_gpu_only_the_main_process_plans(capsys):
+    """No GPU, no verdict: a CPU launch's other processes skip the plan (it would only import
+    the real architecture's modules), the main one still prints its table."""
+    made = []
+
+    def make(gpu_gb):
+        made.append(gpu_gb)
+        return plan_grpo(GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml"), num_processes=8)
+
+    assert check_plan(make, "cpu", is_main_process=False) is None
+    assert made == [] and capsys.readouterr().out == ""
+    plan = check_plan(make, "cpu", is_main_process=True)
+    assert made == [None] and plan.fits is None
+    assert "| **per process** |" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_activation_estimate_within_10_percent_of_measured_peak():
     """FLUX's blocks at widths 128 and 256, two micro-batches and resolutions, with and
