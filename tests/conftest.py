@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # tests/vllm_peer needs vLLM, which lives in a venv of its own: `make test` runs that folder
-# with .venv-vllm's python after the main run, which leaves it out.
+# with .venv-vllm's python beside the main run's quick tests; the main run leaves it out.
 collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_peer"]
 
 ROOT = Path(__file__).resolve().parents[1]
