@@ -101,7 +101,8 @@ class GRPOTrainer:
         state.print(f"paco-grpo: {self.shape.describe()}; device {device}")
         self.plan = check_plan(
             lambda gpu_gb: plan_grpo(cfg, num_processes=state.num_processes, gpu_memory_gb=gpu_gb,
-                                     sharded=state.distributed_type == DistributedType.FSDP),
+                                     sharded=state.distributed_type == DistributedType.FSDP,
+                                     built_rewards=list(rewards or ())),
             device, skip=cfg.skip_plan_check, is_main_process=state.is_main_process,
         )  # fmt: skip
 

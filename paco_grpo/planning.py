@@ -11,6 +11,7 @@ the meta device (see :mod:`paco_reward.planning` for how each figure is counted)
 from __future__ import annotations
 
 import inspect
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,11 +139,15 @@ def transformer_activation_bytes(
     return activation_bytes(model, forward, calls=calls).bytes(gradient_checkpointing)
 
 
-def _reward_components(config: GRPOConfig) -> list[Component]:
+def _reward_components(config: GRPOConfig, built: Collection[str] = ()) -> list[Component]:
     from paco_grpo.rewards.registry import REWARDS
 
     out = []
     for name in config.rewards:
+        if name in built:  # the caller's own object: its model is not the config's to read
+            out.append(Component(f"reward {name}", 0, "-", bytes=0, kind="reward",
+                                 note="built by the caller: not counted"))  # fmt: skip
+            continue
         kwargs = dict((config.reward_kwargs or {}).get(name) or {})
         cls = REWARDS.get(name)
         signature = inspect.signature(cls).parameters if cls else {}
@@ -167,10 +172,13 @@ def plan_grpo(
     num_processes: int = 1,
     gpu_memory_gb: float | None = None,
     sharded: bool = False,
+    built_rewards: Collection[str] = (),
 ) -> Plan:
     """The memory of one training process of ``config`` launched on ``num_processes``
     (``sharded``: FSDP, the transformer and its LoRA states divided among them), and whether
-    it fits ``gpu_memory_gb``.
+    it fits ``gpu_memory_gb``. The rewards named in ``built_rewards`` are objects the caller
+    built (``GRPOTrainer(config, rewards=...)``): listed, not counted, since their models
+    need not be those ``config.reward_kwargs`` names.
 
     Raises:
         EpochShapeError: when the epoch does not split over ``num_processes``.
@@ -234,7 +242,7 @@ def plan_grpo(
             f"({'off' if ckpt else 'on'}: {other:.1f} GiB)",
         )  # fmt: skip
     )
-    components += _reward_components(config)
+    components += _reward_components(config, built_rewards)
 
     memory = int(gpu_memory_gb * GiB) if gpu_memory_gb else None
     plan = Plan(

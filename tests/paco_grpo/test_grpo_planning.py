@@ -18,7 +18,7 @@ from paco_grpo.architectures import pipeline_configs
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.planning import plan_grpo
 from paco_reward import planning
-from paco_reward.architectures import build_empty
+from paco_reward.architectures import ArchitectureError, build_empty
 from paco_reward.planning import GiB, PlanError, check_plan
 
 
@@ -154,6 +154,27 @@ def test_start_up_refuses_a_certain_failure_before_anything_loads(flux_dir, tmp_
     cfg.skip_plan_check = True
     trainer = GRPOTrainer(cfg)
     assert trainer.plan is not None and trainer.plan.certain_failure
+
+
+def test_rewards_the_caller_built_are_listed_not_read_from_the_config(flux_dir, tmp_path, caplog):
+    """``GRPOTrainer(config, rewards=...)`` (the demo's RL arms): the config's clip_i names
+    no model, so its default (an architecture not shipped) would fail the plan; the
+    caller's tiny CLIP is the reward that runs, and the plan says it is not counted."""
+    from paco_grpo.grpo_trainer import GRPOTrainer
+    from paco_grpo.rewards import CLIPImageReward
+    from paco_reward.testing.clip import build_tiny_clip
+
+    cfg = _tiny_config(flux_dir, tmp_path / "run")
+    cfg.rewards = {"clip_i": 1.0}
+    with pytest.raises(ArchitectureError, match="'openai/clip-vit-large-patch14'"):
+        plan_grpo(cfg)  # what the config alone says
+    clip = CLIPImageReward(build_tiny_clip(tmp_path / "clip"))
+    with caplog.at_level(logging.WARNING, logger="paco_reward.planning"):
+        trainer = GRPOTrainer(cfg, rewards={"clip_i": clip})
+    assert "No memory plan" not in caplog.text
+    (reward,) = [c for c in trainer.plan.components if c.kind == "reward"]
+    assert reward.name == "reward clip_i" and reward.bytes == 0
+    assert reward.note == "built by the caller: not counted"
 
 
 def test_start_up_warns_when_only_the_estimate_exceeds(flux_dir, tmp_path, caplog, capsys):
