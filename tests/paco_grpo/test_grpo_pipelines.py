@@ -99,7 +99,9 @@ def test_registry_lookups_and_registration_fail_naming_the_names():
     with pytest.raises(ValueError, match="'flux' is already registered"):
         register_pipeline(taken)
     assert register_pipeline(PIPELINE_SPECS["flux"]) is PIPELINE_SPECS["flux"]  # idempotent
-    with pytest.raises(ValueError, match=r"pipeline must be one of \('flux', 'flux2', .*'sd3'\); got 'sdxl'"):
+    with pytest.raises(
+        ValueError, match=r"pipeline must be one of \('flux', 'flux2', .*'sd3'\); got 'sdxl'"
+    ):
         GRPOConfig.from_dict(
             {"model_name_or_path": "m", "prompt_file": "p.txt", "pipeline": "sdxl",
              "rewards": {"panel_colour_agreement": 1.0}}
