@@ -106,13 +106,21 @@ class VLLMBackend:
                 ``paco-reward merge`` first).
             dtype: defaults to bfloat16 on CUDA, float32 on CPU (as the transformers backend).
             **llm_kwargs: passed to ``vllm.LLM`` (``max_model_len``, ``enforce_eager``,
-                ``gpu_memory_utilization``, ``kv_cache_memory_bytes``, ...).
+                ``gpu_memory_utilization``, ``kv_cache_memory_bytes``, ...); its
+                ``revision``, ``trust_remote_code`` and ``download_dir`` also load the
+                processor, so the images are resized as the engine's files say.
         """
         vllm = import_vllm()
         import torch
         from transformers import AutoProcessor
 
-        processor = AutoProcessor.from_pretrained(str(path_or_id))
+        # The processor from the files the engine loads: its revision, remote code and folder.
+        hub = {"revision": "revision", "trust_remote_code": "trust_remote_code",
+               "download_dir": "cache_dir"}  # fmt: skip
+        processor = AutoProcessor.from_pretrained(
+            str(path_or_id),
+            **{ours: llm_kwargs[theirs] for theirs, ours in hub.items() if llm_kwargs.get(theirs)},
+        )
         policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         if dtype is None:
             dtype = "bfloat16" if torch.cuda.is_available() else "float32"

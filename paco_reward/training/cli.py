@@ -45,7 +45,7 @@ def run_training(config) -> dict[str, Any]:
     (and ``output_dir/merged`` when ``save_merged``); returns the final held-out metrics."""
     from paco_reward.launch import check_single_job
     from paco_reward.planning import check_plan
-    from paco_reward.training.loading import build_trainer
+    from paco_reward.training.loading import build_trainer, model_init_kwargs
     from paco_reward.training.merge import merge_lora
     from paco_reward.training.model_card import recipe_dict, write_model_card
     from paco_reward.training.planning import plan_sft
@@ -81,8 +81,9 @@ def run_training(config) -> dict[str, Any]:
         model_path=str(output_dir),
     )
     (output_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
-    if config.use_lora and config.save_merged:
-        merge_lora(config.model_name_or_path, output_dir, output_dir / "merged")
+    if config.use_lora and config.save_merged:  # onto the revision the adapter trained on
+        hub = model_init_kwargs(config)[1]
+        merge_lora(config.model_name_or_path, output_dir, output_dir / "merged", **hub)
     return metrics
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,6 +26,7 @@ def merge_lora(
     output_dir: str | Path,
     dtype: torch.dtype | str | None = None,
     model_card: str | None = None,
+    **hub: Any,
 ) -> Path:
     """Load ``base`` + ``adapter``, merge the LoRA weights in, save to ``output_dir``.
 
@@ -35,16 +37,21 @@ def merge_lora(
         dtype: weight dtype of the saved model (default: the base model's config dtype,
             float32 if none).
         model_card: README text to write next to the weights (default: a short card).
+        **hub: where ``base``'s files come from (``revision``, ``cache_dir``, ``token``,
+            ``local_files_only``, ``trust_remote_code``): those the adapter was trained on.
 
     Returns:
         ``output_dir``.
 
     Raises:
+        TypeError: a name in ``hub`` that is not a hub argument.
         FileNotFoundError: if ``adapter`` has no ``adapter_config.json``.
         WeightsMismatchError: a weight of the base or the adapter is missing or unexpected.
     """
+    from paco_reward.hub import hub_kwargs
     from paco_reward.modeling import load_adapter, load_evaluator
 
+    hub = hub_kwargs(**hub)
     adapter, output_dir = Path(adapter), Path(output_dir)
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(
@@ -53,9 +60,13 @@ def merge_lora(
         )
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    processor_source = adapter if (adapter / "tokenizer_config.json").is_file() else base
+    own_processor = (adapter / "tokenizer_config.json").is_file()  # a training output's copy
     model, processor = load_evaluator(
-        base, processor_source=processor_source, dtype=dtype or "auto"
+        base,
+        processor_source=adapter if own_processor else base,
+        processor_kwargs=None if own_processor else hub,
+        dtype=dtype or "auto",
+        **hub,
     )
     model = load_adapter(model, adapter).merge_and_unload()
     output_dir.mkdir(parents=True, exist_ok=True)

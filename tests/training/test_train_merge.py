@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from paco_reward import PacoReward
 from paco_reward.training import PacoSFTConfig
@@ -65,3 +70,38 @@ def test_merged_scores_equal_base_plus_adapter(lora_run, tiny_model_dir, tmp_pat
 def test_merge_rejects_a_folder_without_adapter(tmp_path, tiny_model_dir):
     with pytest.raises(FileNotFoundError, match="is not a PEFT adapter folder"):
         merge_lora(tiny_model_dir, tiny_model_dir, tmp_path / "x")
+
+
+def test_save_merged_merges_into_the_revision_it_trained_on(tmp_path, tiny_model_dir):
+    """``model_init_kwargs`` names a revision of a hub repository whose main holds other
+    weights: the adapter trains on that revision, and ``save_merged`` merges it there."""
+    from paco_reward.testing import build_tiny_model
+
+    v1 = build_tiny_model(tmp_path / "v1", seed=1, text_config={"initializer_range": 0.3})
+    repo = tmp_path / "hub" / "models--acme--tiny-evaluator"
+    (repo / "refs").mkdir(parents=True)
+    for ref, folder in (("main", tiny_model_dir), ("v1", v1)):
+        commit = hashlib.sha1(ref.encode()).hexdigest()
+        shutil.copytree(folder, repo / "snapshots" / commit)
+        (repo / "refs" / ref).write_text(commit)
+    out = tmp_path / "run"
+    hub = {"revision": "v1", "cache_dir": str(tmp_path / "hub"), "local_files_only": True}
+    run_training(
+        PacoSFTConfig(
+            output_dir=str(out), model_name_or_path="acme/tiny-evaluator",
+            model_init_kwargs=hub, dataset_path="toy-colour-pairs", toy_train_size=8,
+            toy_test_size=4, per_device_train_batch_size=4, max_steps=1, lora_r=4,
+            save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
+            save_merged=True,
+        )
+    )  # fmt: skip
+    merged = load_file(out / "merged" / "model.safetensors")
+    trained_on, main = (
+        load_file(v1 / "model.safetensors"),
+        load_file(tiny_model_dir / "model.safetensors"),
+    )
+    untouched = [k for k in merged if "embed_tokens" in k or k.endswith("norm.weight")]
+    assert untouched
+    for key in untouched:  # weights LoRA does not adapt: the revision's own
+        torch.testing.assert_close(merged[key], trained_on[key], rtol=0, atol=0)
+    assert any(not torch.equal(merged[k], main[k]) for k in untouched)

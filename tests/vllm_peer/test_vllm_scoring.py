@@ -5,7 +5,13 @@ each against the transformers backend on the same folder, method by method."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +174,52 @@ def test_in_process_vllm_is_exact_on_qwen3_vl(qwen3_vl_dir, images):
         print(f"\nin-process vLLM vs transformers on Qwen3-VL: max |diff| = {worst:.2e}")
     finally:
         engine.backend.close()
+
+
+# Run in a process of its own, whose Hugging Face cache is the test's (read at import).
+AT_REVISION = """
+import json, sys
+from PIL import Image
+from paco_reward import PacoReward
+
+repo, revision, llm_kwargs, *paths = sys.argv[1:]
+pair = (*(Image.open(p) for p in paths), "a red fox in four seasons")
+reference = PacoReward.from_pretrained(repo, revision=revision)
+engine = PacoReward.from_pretrained(repo, backend="vllm", revision=revision, **json.loads(llm_kwargs))
+print("result:", json.dumps({
+    "budgets": [r.backend.image_policy.max_pixels for r in (reference, engine)],
+    "scores": [r.score(*pair) for r in (reference, engine)],
+}))
+engine.backend.close()
+"""
+
+
+def test_in_process_vllm_loads_the_processor_of_the_revision_it_loads(
+    vllm_model_dir, images, tmp_path
+):
+    """A hub id at a revision whose image budget differs from main's: the engine and the
+    processor that resizes its images come from that revision, so it scores as the
+    transformers backend does at that revision (a processor from main would resize the
+    images to another budget)."""
+    repo = tmp_path / "hub" / "models--acme--paco-tiny"
+    (repo / "refs").mkdir(parents=True)
+    for ref, max_pixels in (("main", 16 * 28 * 28), ("v2", 4 * 28 * 28)):
+        commit = hashlib.sha1(ref.encode()).hexdigest()
+        snapshot = repo / "snapshots" / commit
+        shutil.copytree(vllm_model_dir, snapshot)
+        config = json.loads((snapshot / "processor_config.json").read_text())
+        config["image_processor"]["size"]["longest_edge"] = max_pixels
+        (snapshot / "processor_config.json").write_text(json.dumps(config))
+        (repo / "refs" / ref).write_text(commit)
+    paths = [tmp_path / "a.png", tmp_path / "b.png"]
+    images[1].save(paths[0])
+    images[3].save(paths[1])
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-c", AT_REVISION, "acme/paco-tiny", "v2", json.dumps(LLM_KWARGS),
+           *map(str, paths)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("result: ")]  # vLLM logs too
+    result = json.loads(line.removeprefix("result: "))
+    assert result["budgets"] == [4 * 28 * 28] * 2
+    assert result["scores"][1] == pytest.approx(result["scores"][0], abs=EXACT)
