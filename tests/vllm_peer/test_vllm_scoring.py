@@ -5,11 +5,9 @@ each against the transformers backend on the same folder, method by method."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +19,7 @@ from PIL import Image
 
 from paco_reward import PacoReward
 from paco_reward.images import ImagePolicy
+from paco_reward.testing.hub_cache import install_in_hub_cache
 from paco_reward.yes_no import YesNoTokens
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -201,16 +200,13 @@ def test_in_process_vllm_loads_the_processor_of_the_revision_it_loads(
     processor that resizes its images come from that revision, so it scores as the
     transformers backend does at that revision (a processor from main would resize the
     images to another budget)."""
-    repo = tmp_path / "hub" / "models--acme--paco-tiny"
-    (repo / "refs").mkdir(parents=True)
-    for ref, max_pixels in (("main", 16 * 28 * 28), ("v2", 4 * 28 * 28)):
-        commit = hashlib.sha1(ref.encode()).hexdigest()
-        snapshot = repo / "snapshots" / commit
-        shutil.copytree(vllm_model_dir, snapshot)
+    for revision, max_pixels in (("main", 16 * 28 * 28), ("v2", 4 * 28 * 28)):
+        snapshot = install_in_hub_cache(
+            vllm_model_dir, "acme/paco-tiny", tmp_path / "hub", revision
+        )
         config = json.loads((snapshot / "processor_config.json").read_text())
         config["image_processor"]["size"]["longest_edge"] = max_pixels
         (snapshot / "processor_config.json").write_text(json.dumps(config))
-        (repo / "refs" / ref).write_text(commit)
     paths = [tmp_path / "a.png", tmp_path / "b.png"]
     images[1].save(paths[0])
     images[3].save(paths[1])
