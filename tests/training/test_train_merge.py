@@ -69,12 +69,18 @@ def test_merge_rejects_a_folder_without_adapter(tmp_path, tiny_model_dir):
         merge_lora(tiny_model_dir, tiny_model_dir, tmp_path / "x")
 
 
-def test_save_merged_merges_into_the_revision_it_trained_on(tmp_path, tiny_model_dir):
+def test_save_merged_merges_into_the_revision_it_trained_on(tmp_path, tiny_model_dir, monkeypatch):
     """``model_init_kwargs`` names a revision of a hub repository whose main holds other
     weights: the adapter trains on that revision, and ``save_merged`` merges it there."""
+    import huggingface_hub
+
     from paco_reward.testing import build_tiny_model
     from paco_reward.testing.hub_cache import install_in_hub_cache
 
+    # Offline: the repository is only in the test's cache (peft would otherwise ask the hub
+    # whether its config exists when it saves the adapter).
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     v1 = build_tiny_model(tmp_path / "v1", seed=1, text_config={"initializer_range": 0.3})
     for revision, folder in (("main", tiny_model_dir), ("v1", v1)):
         install_in_hub_cache(folder, "acme/tiny-evaluator", tmp_path / "hub", revision)
