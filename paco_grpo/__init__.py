@@ -14,6 +14,7 @@ and :mod:`paco_grpo.grpo_trainer` (the trainer), :mod:`paco_grpo.cli` (``paco-gr
 from paco_grpo.advantages import AdvantageResult, compute_advantages
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
+from paco_grpo.reward_failures import RewardFailureError
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler, FlowGRPOSchedulerOutput
 from paco_grpo.sde import cps_step, sde_step
 from paco_grpo.timesteps import FluxSchedule, flux_schedule, sd3_schedule
@@ -27,6 +28,7 @@ __all__ = [
     "FluxSchedule",
     "GRPOConfig",
     "GRPOTrainer",
+    "RewardFailureError",
     "compute_advantages",
     "cps_step",
     "flux_schedule",

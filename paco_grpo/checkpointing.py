@@ -246,13 +246,18 @@ class CheckpointManager:
                     f"resume_from_checkpoint={value!r} is not a checkpoint folder (no {TRAINER_STATE})."
                 )
             return path
-        found = sorted(self.root.glob("checkpoint-*[0-9]"))
-        if not found:
+        latest = self.latest()
+        if latest is None:
             raise FileNotFoundError(
                 f"resume_from_checkpoint='latest' but {self.root} holds no checkpoint; "
                 "drop resume_from_checkpoint to start fresh."
             )
-        return found[-1]
+        return latest
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint folder, or ``None`` before the first."""
+        found = sorted(self.root.glob("checkpoint-*[0-9]"))
+        return found[-1] if found else None
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

@@ -434,6 +434,12 @@ class GRPOConfig:
             "help": "Score each sampling batch on a background event loop while the next batch is sampled (rewards with an async twin await their server; in-process ones run in a worker thread). The scores equal synchronous scoring exactly; false scores in the trainer thread. Logged as time/reward_wait and time/reward_share."
         },
     )
+    max_failed_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "Stop the run (RewardFailureError, before any optimizer step on the epoch) when a reward scored NaN for more than this share of an epoch's samples; failures within it are left out of their group and logged. 1.0 never stops. See docs/grpo.md, 'When a reward fails'."
+        },
+    )
     aggregator: str = field(
         default="log_tamed", metadata={"help": f"Reward aggregation, one of {sorted(AGGREGATORS)}."}
     )
@@ -549,6 +555,11 @@ class GRPOConfig:
         if self.beta < 0 or self.std_floor <= 0:
             raise ConfigError(
                 f"beta must be >= 0 and std_floor > 0; got {self.beta}, {self.std_floor}."
+            )
+        if not 0.0 <= self.max_failed_fraction <= 1.0:
+            raise ConfigError(
+                f"max_failed_fraction must be in [0, 1] (0: any failure stops the run, 1: none "
+                f"does); got {self.max_failed_fraction!r}."
             )
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")

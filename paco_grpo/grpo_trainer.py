@@ -9,7 +9,10 @@ Per epoch (one "round"):
    processes); the shape is checked at start-up (:mod:`paco_grpo.epoch_shape`).
 2. **Reward** every image with each configured reward (NaN = failed item); with
    ``async_rewards`` (default) a batch is scored on a background event loop while the next
-   one is sampled (:mod:`paco_grpo.async_rewards`).
+   one is sampled (:mod:`paco_grpo.async_rewards`). A reward that failed on more than
+   ``max_failed_fraction`` of the epoch's samples stops the run here, on every process,
+   with a :class:`~paco_grpo.reward_failures.RewardFailureError`
+   (:mod:`paco_grpo.reward_failures`).
 3. **Advantages**: aggregate the rewards (log taming by default), centre per prompt
    group, scale by the global or per-group std; gathered over all processes.
 4. **Train** only the noise steps with the clipped PPO objective (:mod:`paco_grpo.grpo_loss`,
@@ -51,6 +54,12 @@ from paco_grpo.grpo_loss import grpo_loss
 from paco_grpo.pipelines import get_pipeline_spec
 from paco_grpo.planning import plan_grpo
 from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
+from paco_grpo.reward_failures import (
+    log_sporadic_failures,
+    over_budget,
+    pop_failure_reasons,
+    reward_failure_error,
+)
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
 from paco_grpo.tracking import RunLog, save_image_grid
@@ -356,6 +365,8 @@ class GRPOTrainer:
         (no evaluation, logging or checkpointing)."""
         cfg = self.config
         t0 = time.perf_counter()
+        for reward in self.rewards.values():
+            pop_failure_reasons(reward)  # this epoch's reasons only (evaluation shares rewards)
         rollout = self.sample_epoch(epoch)
         self._epoch_images = rollout.images
         # gather rewards and prompt ids from all processes (equal sizes by construction)
@@ -366,6 +377,7 @@ class GRPOTrainer:
             .numpy()
             for n, v in rollout.rewards.items()
         }
+        self.check_reward_failures(all_rewards, epoch)
         ids = torch.as_tensor(rollout.group_ids, device=device)
         all_ids = self.accelerator.gather(ids).cpu().numpy()
         result = compute_advantages(
@@ -411,6 +423,37 @@ class GRPOTrainer:
         metrics["time/step"] = step
         metrics["time/reward_share"] = timings["reward_wait"] / step if step > 0 else 0.0
         return metrics
+
+    def check_reward_failures(self, rewards: dict[str, np.ndarray], epoch: int) -> None:
+        """Raise :class:`~paco_grpo.reward_failures.RewardFailureError` when a reward's NaN
+        share of the epoch's gathered ``rewards`` is over ``max_failed_fraction``.
+
+        Every process holds the same gathered scores, so all of them raise together (the
+        reasons each recorded are gathered first); failures within the budget are logged.
+        """
+        from accelerate.utils import gather_object
+
+        cfg = self.config
+        failed = over_budget(rewards, cfg.max_failed_fraction)
+        if not failed:
+            if self.accelerator.is_main_process:
+                log_sporadic_failures(rewards, cfg.max_failed_fraction, epoch)
+            return
+        name, count = next(iter(failed.items()))
+        reasons = pop_failure_reasons(self.rewards[name])
+        if self.world > 1:
+            reasons = gather_object(reasons)
+        latest = self.checkpoints.latest()
+        raise reward_failure_error(
+            name,
+            count,
+            len(rewards[name]),
+            epoch=epoch,
+            max_failed_fraction=cfg.max_failed_fraction,
+            reasons=reasons,
+            checkpoint=str(latest) if latest is not None else None,
+            also={n: c for n, c in failed.items() if n != name},
+        )
 
     def train(self) -> list[dict]:
         """Run epochs ``start_epoch .. num_train_epochs - 1``; returns the metrics history."""

@@ -6,6 +6,14 @@ reward here also has ``async acall(images, prompts, metadata)`` returning the sa
 rewards that talk to a server await their requests on the event loop, in-process ones run
 their ``__call__`` in a worker thread. :func:`acall_reward` gives any plain callable the
 same async face.
+
+What may become NaN is narrow: the failures of an item's input (:data:`INPUT_ERRORS`: an
+unreadable image, a layout or prompt that does not fit) and of the reward's service (a
+:class:`~paco_reward.errors.RewardServerError`: the server stayed unreachable after its
+retry policy, or answered badly). Anything else (a shape mismatch, a wrong dtype, an
+out-of-memory error) is a bug or a broken machine and propagates as the exception it is.
+The trainer then bounds the NaN share of an epoch (``max_failed_fraction``,
+:mod:`paco_grpo.reward_failures`).
 """
 
 from __future__ import annotations
@@ -19,13 +27,18 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import LayoutError
+from paco_reward.errors import InvalidImageError, LayoutError, PromptError
 from paco_reward.grids import parse_layout, split_grid
 from paco_reward.images import ImageInput, load_image
 
 logger = logging.getLogger("paco_grpo.rewards")
 
-__all__ = ["BaseReward", "Reward", "acall_reward", "check_scores"]
+__all__ = ["INPUT_ERRORS", "BaseReward", "Reward", "acall_reward", "check_scores"]
+
+# The failures of one item's input, which score that item NaN (and nothing else).
+INPUT_ERRORS = (InvalidImageError, LayoutError, PromptError)
+# Reasons kept per reward between two reads of :meth:`BaseReward.pop_failure_reasons`.
+MAX_REASONS = 5
 
 
 class Reward(Protocol):
@@ -72,6 +85,7 @@ class BaseReward:
 
     def __init__(self) -> None:
         self.num_failed = 0  # items scored NaN since construction
+        self._reasons: list[str] = []  # the first reasons since the last pop_failure_reasons
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ contract
@@ -109,9 +123,33 @@ class BaseReward:
 
     def fail(self, k: int, reason: Any) -> None:
         """Record that item ``k`` scored NaN, logging why."""
+        self.fail_items([k], reason)
+
+    def fail_items(self, items: Sequence[int], reason: Any) -> None:
+        """Record that ``items`` scored NaN for one reason (logged once: a server that is
+        down fails a whole batch)."""
+        if not items:
+            return
+        where = f"images[{items[0]}]" if len(items) == 1 else f"{len(items)} images"
+        kind = f"{type(reason).__name__}: " if isinstance(reason, Exception) else ""
         with self._lock:
-            self.num_failed += 1
-        logger.warning("%s: images[%d] scored NaN (%s).", self.name, k, reason)
+            self.num_failed += len(items)
+            if len(self._reasons) < MAX_REASONS:
+                self._reasons.append(f"{where}: {kind}{reason}")
+        logger.warning("%s: %s scored NaN (%s).", self.name, where, reason)
+
+    def pop_failure_reasons(self) -> list[str]:
+        """The first reasons (at most 5) recorded since the last call, which clears them.
+
+        Example:
+            >>> reward = BaseReward()
+            >>> reward.fail(3, "no layout")
+            >>> reward.pop_failure_reasons(), reward.pop_failure_reasons()
+            (['images[3]: no layout'], [])
+        """
+        with self._lock:
+            reasons, self._reasons = self._reasons, []
+        return reasons
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paco_grpo.rewards.base import BaseReward, grid_panels
+from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PacoError, PromptError
+from paco_reward.errors import PromptError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -284,7 +284,7 @@ class CLIPTextReward(_CLIPReward):
                 items.append((len(pics), len(texts), len(panels)))
                 pics.extend(panels)
                 texts.extend(descriptions)
-            except (PacoError, ValueError) as err:
+            except INPUT_ERRORS as err:
                 self.fail(k, err)
                 items.append(None)
         image_emb = self.encoder.image_embeddings(pics)
@@ -334,7 +334,7 @@ class CLIPImageReward(_CLIPReward):
                     raise PromptError("a 1x1 layout has no panel pair")
                 items.append((len(pics), len(panels)))
                 pics.extend(panels)
-            except (PacoError, ValueError) as err:
+            except INPUT_ERRORS as err:
                 self.fail(k, err)
                 items.append(None)
         emb = self.encoder.image_embeddings(pics)
@@ -390,7 +390,7 @@ class PickScoreReward(_CLIPReward):
                 pics.append(load_image(image, f"images[{k}]"))
                 texts.append(prompt)
                 keep.append(k)
-            except (PacoError, ValueError) as err:
+            except INPUT_ERRORS as err:
                 self.fail(k, err)
         image_emb = self.encoder.image_embeddings(pics)
         text_emb = self.encoder.text_embeddings(texts)

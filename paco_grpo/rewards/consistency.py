@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paco_grpo.rewards.base import BaseReward, grid_panels
+from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PacoError, PromptError
+from paco_reward.errors import PromptError, RewardServerError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward", "load_evaluator"]
 
 CONSISTENCY_TEMPLATES = ("consistency", "criteria")
+# SC then PF: the two scores of an edit (``PacoReward.score_edit``'s templates).
+EDIT_TEMPLATES = ("edit_consistency", "edit_following")
 
 
 def load_evaluator(
@@ -216,7 +218,7 @@ class ConsistencyReward(BaseReward):
                         requests.extend((a, b, text) for a, b in pairs)
                     dims.append(ranges)
                 plans.append(dims)
-            except (PacoError, ValueError) as err:
+            except INPUT_ERRORS as err:
                 self.fail(k, err)
                 plans.append(None)
         return requests, plans
@@ -234,13 +236,21 @@ class ConsistencyReward(BaseReward):
             out[k] = value
         return out
 
+    def _server_failed(self, plans, err: RewardServerError) -> np.ndarray:
+        """Every planned item NaN: the evaluator's server failed the batch for good."""
+        self.fail_items([k for k, dims in enumerate(plans) if dims is not None], err)
+        return np.full(len(plans), np.nan)
+
     def score(self, images, prompts, metadata) -> np.ndarray:
         requests, plans = self._plan(images, prompts, metadata)
-        scores = (
-            self.evaluator.score_pairs(requests, template=self.template, symmetric=self.symmetric)
-            if requests
-            else np.zeros(0)
-        )
+        if not requests:
+            return np.full(len(plans), np.nan)
+        try:
+            scores = self.evaluator.score_pairs(
+                requests, template=self.template, symmetric=self.symmetric
+            )
+        except RewardServerError as err:
+            return self._server_failed(plans, err)
         return self._reduce(np.asarray(scores, dtype=np.float64), plans)
 
     async def ascore(self, images, prompts, metadata) -> np.ndarray:
@@ -248,13 +258,14 @@ class ConsistencyReward(BaseReward):
         if not _is_remote(self.evaluator):
             return await asyncio.to_thread(self.score, images, prompts, metadata)
         requests, plans = self._plan(images, prompts, metadata)
-        scores = (
-            await self.evaluator.ascore_pairs(
+        if not requests:
+            return np.full(len(plans), np.nan)
+        try:
+            scores = await self.evaluator.ascore_pairs(
                 requests, template=self.template, symmetric=self.symmetric
             )
-            if requests
-            else np.zeros(0)
-        )
+        except RewardServerError as err:
+            return self._server_failed(plans, err)
         return self._reduce(np.asarray(scores, dtype=np.float64), plans)
 
 
@@ -312,7 +323,7 @@ class EditConsistencyReward(BaseReward):
                 source = load_image(meta[self.source_key], f"metadata[{k}][{self.source_key!r}]")
                 requests.append((source, load_image(image, f"images[{k}]"), prompt))
                 positions.append(k)
-            except (PacoError, ValueError) as err:
+            except INPUT_ERRORS as err:
                 self.fail(k, err)
         return requests, positions
 
@@ -329,8 +340,14 @@ class EditConsistencyReward(BaseReward):
         requests, positions = self._plan(images, prompts, metadata)
         if not requests:
             return np.full(len(images), np.nan)
-        sc = self.evaluator.score_pairs(requests, template="edit_consistency", symmetric=False)
-        pf = self.evaluator.score_pairs(requests, template="edit_following", symmetric=False)
+        try:
+            sc, pf = (
+                self.evaluator.score_pairs(requests, template=template, symmetric=False)
+                for template in EDIT_TEMPLATES
+            )
+        except RewardServerError as err:
+            self.fail_items(positions, err)
+            return np.full(len(images), np.nan)
         return self._reduce(len(images), positions, sc, pf)
 
     async def ascore(self, images, prompts, metadata) -> np.ndarray:
@@ -339,8 +356,14 @@ class EditConsistencyReward(BaseReward):
         requests, positions = self._plan(images, prompts, metadata)
         if not requests:
             return np.full(len(images), np.nan)
-        sc, pf = await asyncio.gather(
-            self.evaluator.ascore_pairs(requests, template="edit_consistency", symmetric=False),
-            self.evaluator.ascore_pairs(requests, template="edit_following", symmetric=False),
-        )
+        try:
+            sc, pf = await asyncio.gather(
+                *(
+                    self.evaluator.ascore_pairs(requests, template=template, symmetric=False)
+                    for template in EDIT_TEMPLATES
+                )
+            )
+        except RewardServerError as err:
+            self.fail_items(positions, err)
+            return np.full(len(images), np.nan)
         return self._reduce(len(images), positions, sc, pf)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from paco_grpo import RewardFailureError
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer, grpo_loss
 from paco_grpo.testing.flux import build_tiny_flux
@@ -215,6 +216,7 @@ def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
             "per_device_train_batch_size": 8,
             "num_iterations": 1,
             "test.every": 0,
+            "max_failed_fraction": 0.25,  # 2 of 8 samples fail: within it
         },
     )
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _FlakyReward()})
@@ -227,6 +229,15 @@ def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
     assert int(np.isnan(rewards["panel_colour_agreement"]).sum()) == 2
     row = trainer.run_epoch(0)
     assert row["reward/num_failed"] == 2 and np.isfinite(row["train/loss"])
+    # over a budget of 0.2, the next epoch stops before its first optimizer step (a plain
+    # callable records no reason, and the message says so)
+    trainer.config.max_failed_fraction = 0.2
+    steps = trainer.global_step
+    with pytest.raises(
+        RewardFailureError, match=r"(?s)2 of 8 samples of epoch 1 \(25%.*gave no reason"
+    ):
+        trainer.run_epoch(1)
+    assert trainer.global_step == steps
     assert all(
         len(b) and len({samples[i]["size"] for i in b}) == 1
         for b in trainer.rollout.minibatches(samples, 0, 0)
