@@ -778,7 +778,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
 
     from paco_grpo.architectures import pipeline_configs
     from paco_grpo.data import PromptItem
-    from paco_grpo.grpo_loss import grpo_loss
+    from paco_grpo.grpo_step import GRPOStep
     from paco_grpo.pipelines import get_pipeline_spec
     from paco_grpo.planning import transformer_calls
     from paco_grpo.policy import add_lora
@@ -852,51 +852,13 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
         for k in range(batch_size)
     ]
     advantages = np.random.default_rng(cfg.seed).standard_normal(batch_size)
-    batch = rollout.collate(
-        samples, list(range(batch_size)), np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
-    )
-    with_kl = cfg.beta > 0 or cfg.log_kl
-
-    def reference_mean(j: int) -> torch.Tensor | None:
-        if not with_kl:
-            return None
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.disable_adapters()
-        try:
-            with torch.no_grad():
-                return rollout.transition(unwrapped, batch, j).prev_sample_mean
-        finally:
-            unwrapped.enable_adapters()
+    advantages = np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
+    # the trainer's own step (GRPOTrainer.training_step): one window of one minibatch
+    step = GRPOStep(cfg, accelerator, model, optimizer, rollout, params, ema=ema)
 
     def train_step() -> dict[str, float]:
-        """GRPOTrainer.train_epoch's work on one minibatch, then its optimizer step."""
-        model.train()
-        num_steps = batch["latents"].shape[1]
-        losses = []
-        for j in range(num_steps):
-            with accelerator.autocast():
-                step = rollout.transition(model, batch, j)
-                ref_mean = reference_mean(j)
-            terms = grpo_loss(
-                step.log_prob,
-                batch["log_probs"][:, j],
-                batch["advantages"],
-                step.prev_sample_mean,
-                ref_mean,
-                step.std,
-                cfg.epsilon,
-                cfg.beta,
-            )
-            accelerator.backward(terms["loss"] / num_steps)
-            losses.append(float(terms["loss"].detach()))
-        grad_norm = math.nan
-        if cfg.max_grad_norm > 0:
-            grad_norm = float(accelerator.clip_grad_norm_(params, cfg.max_grad_norm))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema.step(params)
-        return {"loss": float(np.mean(losses)), "grad_norm": grad_norm}
+        out = step(samples, [list(range(batch_size))], advantages)
+        return {"loss": float(np.mean(out.stats["loss"])), "grad_norm": out.grad_norm}
 
     # LoRA B starts at zero and weight decay keeps it there: only a gradient can move it.
     lora_b = {n: p for n, p in model.named_parameters() if p.requires_grad and ".lora_B." in n}

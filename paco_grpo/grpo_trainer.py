@@ -19,7 +19,8 @@ Per epoch (one "round"):
    advantages clipped to ``±adv_clip_max``) plus ``beta`` x KL to the frozen base, whose
    forward pass runs only when ``beta > 0`` or ``log_kl``. Gradients are synchronised once
    per accumulation window (its last backward); an EMA of the LoRA weights is stepped once
-   per optimizer step.
+   per optimizer step. One window and its optimizer step are :meth:`GRPOTrainer.training_step`
+   (:class:`~paco_grpo.grpo_step.GRPOStep`, which the GPU check times).
 
 Every ``test.every`` epochs the EMA weights are evaluated (:mod:`paco_grpo.evaluation`).
 State goes through the ``Accelerator``: checkpoints with ``save_state`` / ``load_state``
@@ -35,7 +36,6 @@ optimizer steps of the whole run, the same on any number of processes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -51,6 +51,7 @@ from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
+from paco_grpo.grpo_step import TRAIN_STATS, GRPOStep, GRPOStepOutput
 from paco_grpo.pipelines import get_pipeline_spec
 from paco_grpo.planning import plan_grpo
 from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
@@ -70,8 +71,6 @@ from paco_reward.planning import check_plan
 logger = logging.getLogger(__name__)
 
 __all__ = ["GRPOTrainer", "grpo_loss"]
-
-TRAIN_STATS = ("loss", "policy_loss", "ratio", "clip_fraction", "approx_kl")
 
 
 class GRPOTrainer:
@@ -194,8 +193,19 @@ class GRPOTrainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ema = EMAModel(self.params, decay=cfg.ema_decay) if cfg.use_ema else None
 
-        # --- rollouts, evaluation, checkpoints, logs
+        # --- rollouts, the optimizer step, evaluation, checkpoints, logs
         self.rollout = Rollout(cfg, self.sampler, self.items, self.accelerator, self.editing)
+        self.step = GRPOStep(
+            cfg,
+            self.accelerator,
+            self.model,
+            self.optimizer,
+            self.rollout,
+            self.params,
+            lr_scheduler=self.lr_scheduler,
+            ema=self.ema,
+            sharded=self.sharded,
+        )
         self.evaluator = Evaluator(
             self.rollout, self.test_items, self.test_rewards, self.output_dir / "samples"
         )
@@ -246,70 +256,45 @@ class GRPOTrainer:
         return self.rollout.sample_epoch(epoch, model, self.rewards, self.config.num_sample_images)
 
     # ================================================================== training
-    @torch.no_grad()
-    def _reference_mean(self, batch: dict, j: int) -> torch.Tensor:
-        """The frozen base model's step mean (LoRA disabled) for the KL term."""
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        unwrapped.disable_adapters()
-        try:
-            return self.rollout.transition(unwrapped, batch, j).prev_sample_mean
-        finally:
-            unwrapped.enable_adapters()
+    def training_step(
+        self, samples: list[dict], window: list[list[int]], advantages: np.ndarray
+    ) -> GRPOStepOutput:
+        """One optimizer step on an accumulation window of minibatches (:class:`GRPOStep`,
+        the same object ``benchmarks/gpu_check.py`` times); counts and logs the step."""
+        out = self.step(samples, window, advantages)
+        self.global_step += 1
+        self.log.log_step({"train/lr": out.lr}, self.global_step)
+        return out
 
     def train_epoch(self, samples: list[dict], advantages: np.ndarray, epoch: int) -> dict:
         """Clipped-PPO updates on the recorded noise steps; returns the epoch's training stats."""
         cfg = self.config
-        model = self.model
-        model.train()
         advantages = np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
-        num_steps = samples[0]["latents"].shape[0] if samples else 0
-        with_kl = cfg.beta > 0 or cfg.log_kl
-        stats: dict[str, list[float]] = {k: [] for k in TRAIN_STATS + (("kl",) if with_kl else ())}
+        stats: dict[str, list[float]] = {}
         first_update_ratios: list[torch.Tensor] = []
         lrs: list[float] = []
-        # Gradients are synchronised once per window. Data parallelism averages them by hand
-        # after the window: DDP's own sync breaks when a step calls the model twice before its
-        # backward (true CFG: conditional and unconditional passes). FSDP syncs at the window's
-        # last backward.
-        by_hand = self.world > 1 and not self.sharded
+        grad_norms: list[float] = []
         for iteration in range(cfg.num_iterations):
             for window in self._accumulation_windows(samples, epoch, iteration):
-                for k, idx in enumerate(window):
-                    batch = self.rollout.collate(samples, idx, advantages)
-                    for j in range(num_steps):
-                        last = not by_hand and k == len(window) - 1 and j == num_steps - 1
-                        sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
-                        with sync:
-                            with self.accelerator.autocast():
-                                step = self.rollout.transition(model, batch, j)
-                                ref_mean = self._reference_mean(batch, j) if with_kl else None
-                            terms = grpo_loss(
-                                step.log_prob,
-                                batch["log_probs"][:, j],
-                                batch["advantages"],
-                                step.prev_sample_mean,
-                                ref_mean,
-                                step.std,
-                                cfg.epsilon,
-                                cfg.beta,
-                            )
-                            self.accelerator.backward(terms["loss"] / (num_steps * len(window)))
-                        if not lrs:  # before the first optimizer step: still on-policy
-                            first_update_ratios.append(terms["ratio"].detach())
-                        for key in stats:
-                            stats[key].append(float(terms[key].detach().float().mean()))
-                if by_hand:
-                    self._average_gradients()
-                lrs.append(self._optimizer_step())
-        out = {f"train/{k}": float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
+                out = self.training_step(samples, window, advantages)
+                if not lrs:  # the first optimizer step: still on-policy
+                    first_update_ratios = out.ratios
+                for key, values in out.stats.items():
+                    stats.setdefault(key, []).extend(values)
+                lrs.append(out.lr)
+                grad_norms.append(out.grad_norm)
+        keys = TRAIN_STATS + (("kl",) if self.step.with_kl else ())
+        metrics = {f"train/{k}": float(np.mean(stats[k])) if stats.get(k) else float("nan")
+                   for k in keys}  # fmt: skip
         if first_update_ratios:
             r = torch.cat(first_update_ratios)
-            out["train/ratio_first_update"] = float(r.mean())
-            out["train/ratio_first_update_max_dev"] = float((r - 1).abs().max())
-        out["train/optimizer_steps"] = len(lrs)
-        out["train/lr"] = lrs[-1] if lrs else float("nan")
-        out["train/lr_per_step"] = lrs
-        return out
+            metrics["train/ratio_first_update"] = float(r.mean())
+            metrics["train/ratio_first_update_max_dev"] = float((r - 1).abs().max())
+        metrics["train/optimizer_steps"] = len(lrs)
+        metrics["train/lr"] = lrs[-1] if lrs else float("nan")
+        metrics["train/lr_per_step"] = lrs
+        metrics["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else float("nan")
+        return metrics
 
     def _accumulation_windows(
         self, samples: list[dict], epoch: int, iteration: int
@@ -325,28 +310,6 @@ class GRPOTrainer:
         accum = cfg.gradient_accumulation_steps
         size = len(batches) if accum == "auto" else accum
         return [batches[w : w + size] for w in range(0, len(batches), size)]
-
-    def _average_gradients(self) -> None:
-        """Average the LoRA gradients over the processes (one all-reduce per window)."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = self.accelerator.reduce(torch.cat([g.flatten() for g in grads]), reduction="mean")
-        for p, g in zip(self.params, flat.split([g.numel() for g in grads])):
-            p.grad = g.view_as(p).to(p.dtype)
-
-    def _optimizer_step(self) -> float:
-        """Clip, step the optimizer, the schedule and the EMA; returns the step's learning rate."""
-        cfg = self.config
-        if cfg.max_grad_norm > 0:
-            self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        lr = float(self.lr_scheduler.get_last_lr()[0])
-        self.optimizer.step()
-        self.lr_scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.ema is not None:
-            self.ema.step(self.params)
-        self.global_step += 1
-        self.log.log_step({"train/lr": lr}, self.global_step)
-        return lr
 
     # ================================================================== evaluation
     def evaluate(self, epoch: int) -> dict:
