@@ -184,7 +184,8 @@ class LocalBackend:
     Args:
         model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator`).
         batch_size: pairs per language-model forward.
-        vision_batch_size: images per vision-tower pass.
+        vision_batch_size: images per vision-tower pass (default
+            :data:`DEFAULT_VISION_BATCH_SIZE`).
         canonical_yes_no / min_pixels / max_pixels / name: as in
             :meth:`paco_reward.PacoReward.from_pretrained`.
 
@@ -203,7 +204,7 @@ class LocalBackend:
         processor,
         *,
         batch_size: int = 8,
-        vision_batch_size: int = DEFAULT_VISION_BATCH_SIZE,
+        vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
@@ -213,7 +214,7 @@ class LocalBackend:
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.batch_size = batch_size
-        self.vision_batch_size = vision_batch_size
+        self.vision_batch_size = vision_batch_size or DEFAULT_VISION_BATCH_SIZE
         self.name = name
         self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
         self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
@@ -243,7 +244,7 @@ class LocalBackend:
         dtype: torch.dtype | str | None = None,
         *,
         batch_size: int = 8,
-        vision_batch_size: int = DEFAULT_VISION_BATCH_SIZE,
+        vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
