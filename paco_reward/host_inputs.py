@@ -19,6 +19,7 @@ shape, and the model takes them precomputed (transformers 5.19+ accepts every on
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -44,20 +45,23 @@ _TOWER_INPUTS = {
 
 
 class _Cache:
-    """A small least-recently-used cache: ``get(key, make)``."""
+    """A small least-recently-used cache: ``get(key, make)``, safe for concurrent callers (a
+    backend scored from two threads)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]
-        value = self._items[key] = make()
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
-        return value
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            value = self._items[key] = make()
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return value
 
 
 class VisionGridInputs:
