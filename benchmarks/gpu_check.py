@@ -78,8 +78,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
+from benchmarks.scoring_rows import (
+    RowSettings,
+    environment_of,
+    grpo_row,
+    pair_rows,
+    random_pairs,
+)
 from paco_reward.architectures import default_dtype
 from paco_reward.command_line import Command, config_field, run_cli
 
@@ -131,7 +137,19 @@ class GpuCheckArguments:
     dtype: str | None = config_field(
         None, help="Weights' dtype, bfloat16 or float32 (default: bfloat16 on a GPU, else float32)."
     )
-    repeats: int = config_field(3, help="Timed scoring calls per batch size (after a warm-up).")
+    repeats: int = config_field(
+        5, help="Timed scoring repeats per row (median and interquartile range over them)."
+    )
+    min_pairs: int = config_field(50, help="Pairs a scoring repeat scores at least ...")
+    min_seconds: float = config_field(5.0, help="... or the seconds it runs at least.")
+    grids: int = config_field(
+        16, help="GRPO reward row: 2x2 grids a reward call (6 panel pairs each)."
+    )
+    panel: int = config_field(256, help="GRPO reward row: panel side in pixels.")
+    grpo_batch_size: int = config_field(32, help="GRPO reward row: pairs per forward.")
+    bf16_peak_tflops: float = config_field(
+        989.4, help="The GPU's dense bf16 peak (H100 SXM / H200: 989.4) a row's FLOP/s is over."
+    )
     train_steps: int = config_field(3, help="Timed training steps (after a warm-up step).")
     recipe: list[str] = config_field(
         lambda: [str(FLUX_RECIPE)],
@@ -154,8 +172,10 @@ class GpuCheckArguments:
             raise ValueError(f"--batch_sizes must be positive integers; got {self.batch_sizes}.")
         if self.dtype not in (None, "bfloat16", "float32"):
             raise ValueError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
-        if self.repeats < 1 or self.train_steps < 1:
-            raise ValueError("--repeats and --train_steps must be >= 1.")
+        if min(self.repeats, self.train_steps, self.min_pairs, self.grids, self.panel) < 1:
+            raise ValueError(
+                "--repeats, --train_steps, --min_pairs, --grids and --panel must be >= 1."
+            )
         unknown = [a for a in self.reward_architectures if a not in REWARD_ARCHITECTURES]
         if unknown:
             raise ValueError(
@@ -379,28 +399,18 @@ class _Memory:
             torch.cuda.empty_cache()
 
 
-def random_pairs(count: int, size: int, seed: int) -> list[tuple[Image.Image, Image.Image, str]]:
-    """``count`` pairs of distinct random ``size`` px images, each with its own theme."""
-    rng = np.random.default_rng(seed)
-
-    def image() -> Image.Image:
-        return Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
-
-    return [(image(), image(), f"theme {seed}-{k}") for k in range(count)]
-
-
 def _timed_calls(score: Callable[[list], np.ndarray], batch: int, args: GpuCheckArguments,
                  memory: _Memory, seed: int) -> dict[str, Any]:  # fmt: skip
     """A warm-up call, then ``args.repeats`` timed calls of ``batch`` fresh pairs each."""
     inputs = [random_pairs(batch, args.resolution, seed + r) for r in range(args.repeats + 1)]
     memory.reset()
-    score(inputs[0])  # warm-up: kernels, allocator, caches
+    # warm-up (kernels, allocator, caches); its scores are the row's, as in scoring_rows
+    scores = np.asarray(score(inputs[0]), dtype=np.float64)
     seconds: list[float] = []
-    scores = np.zeros(0)
     for pairs in inputs[1:]:
         memory.sync()
         start = time.perf_counter()
-        scores = np.asarray(score(pairs), dtype=np.float64)
+        score(pairs)
         memory.sync()
         seconds.append(time.perf_counter() - start)
     return {
@@ -460,17 +470,24 @@ _REWARD_SHRINK = {"qwen2_5_vl": shrink_qwen2_5_vl, "qwen3_vl": shrink_qwen3_vl}
 
 
 def build_reward_model(scale: float, device: torch.device, dtype: torch.dtype,
-                       architecture: str = "qwen2_5_vl_7b"):  # fmt: skip
+                       architecture: str = "qwen2_5_vl_7b", vision_blocks: int | None = None):  # fmt: skip
     """(model, processor, config dict): the evaluator ``architecture`` (a key of
     :data:`REWARD_ARCHITECTURES`) times ``scale`` with random weights on ``device``, its
     special-token ids those of the processor's tokenizer (the text model's own in a nested
-    Qwen3-VL config)."""
+    Qwen3-VL config). ``vision_blocks`` (Qwen2.5-VL): keep the real tower's first blocks, with
+    its windowed / full-attention pattern (8: seven windowed blocks, then a full one), instead
+    of scaling the depth (a shallow scaled tower has full attention in every block)."""
     import transformers
 
     from paco_reward.architectures import model_config
 
     config = model_config(REWARD_ARCHITECTURES[architecture])
+    real_full = list(config["vision_config"].get("fullatt_block_indexes", ()))
     config = _REWARD_SHRINK[config["model_type"]](config, scale)
+    if vision_blocks is not None:
+        config["vision_config"].update(
+            depth=vision_blocks, fullatt_block_indexes=[i for i in real_full if i < vision_blocks]
+        )
     processor = reward_processor(config)
     tokenizer = processor.tokenizer
     text = config.get("text_config", config)
@@ -508,11 +525,13 @@ def measure_scoring(args: GpuCheckArguments, device: torch.device,
         "build_seconds": time.perf_counter() - start,
         "rows": [],
     }
-    for batch in args.batch_sizes:
-        # One backend per batch size: LocalBackend's batch_size is its forward's pair count.
-        reward = PacoReward(LocalBackend(model, processor, batch_size=batch))
-        row = _timed_calls(reward.score_pairs, batch, args, memory, seed=1000 * batch)
-        result["rows"].append({"engine": "transformers", **row})
+    settings = RowSettings(args.repeats, args.min_pairs, args.min_seconds, args.bf16_peak_tflops)
+    reward = PacoReward(LocalBackend(model, processor))
+    result.update(environment_of(reward.backend), bf16_peak_tflops=args.bf16_peak_tflops)
+    result["rows"] += pair_rows(reward, args.batch_sizes, args.resolution, memory, settings)
+    result["rows"].append(
+        grpo_row(reward, args.grids, args.panel, args.grpo_batch_size, memory, settings)
+    )
     _, grid = reward.backend.preprocess_images([random_pairs(1, args.resolution, 0)[0][0]])
     result["image_tokens_per_image"] = int(grid.prod()) // processor.image_processor.merge_size**2
     if not args.vllm or config["model_type"] != "qwen2_5_vl":  # vLLM: the 7B evaluator's
@@ -945,6 +964,25 @@ def _as_list(section: Any) -> list[dict[str, Any]]:
     return section if isinstance(section, list) else [section]
 
 
+def _scoring_row(row: dict[str, Any]) -> str:
+    """One scoring row of the markdown table (vLLM rows have fewer fields)."""
+    iqr = row.get("pairs_per_s_iqr")
+    rate = f"{row['pairs_per_s']:.2f}" + (f" [{iqr[0]:.2f}, {iqr[1]:.2f}]" if iqr else "")
+    stages = row.get("stage_ms_per_pair")
+    stage_cells = " / ".join(f"{v:.1f}" for v in stages.values()) if stages else ""
+    grids = f"{row['grids_per_s']:.2f}" if "grids_per_s" in row else ""
+    syncs = row.get("syncs_per_call")
+    flops = f"{row['tflop_per_pair']:.3g}" if "tflop_per_pair" in row else ""
+    share = f"{100 * row['fraction_of_bf16_peak']:.1f} %" if "fraction_of_bf16_peak" in row else ""
+    diff = row.get("max_abs_diff_vs_transformers")
+    return (
+        f"| {row['engine']} | {row.get('workload', 'pairs')} | {row['batch_size']} | {rate} | "
+        f"{grids} | {row['seconds_per_call']:.3f} | {stage_cells} | "
+        f"{'n/a' if syncs is None else syncs} | {flops} | {share} | "
+        f"{_size(row['peak_memory_bytes'])} | {'' if diff is None else f'{diff:.2e}'} |"
+    )
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as markdown tables: one per evaluator architecture, one row per recipe."""
     lines = [f"GPU check on {results['device_name']} (scale {results['scale']}, "
@@ -954,24 +992,26 @@ def markdown(results: dict[str, Any]) -> str:
         if "error" in scoring:
             lines += [f"Scoring with {name} failed: {scoring['error']}", ""]
             continue
+        attention = scoring.get("attention", {})
         lines += [
             f"Scoring, {scoring['model']} shape ({name}, {_count(scoring['parameters'])} "
             f"parameters, {scoring['dtype']}, {scoring.get('image_tokens_per_image', '?')} "
-            "tokens per image)",
+            f"tokens per image; attention: vision {attention.get('vision', '?')}, text "
+            f"{attention.get('text', '?')}; {scoring.get('image_processor', '?')}; torch "
+            f"{scoring.get('torch', '?')}, cuDNN {scoring.get('cudnn')}). pairs/s: median "
+            "[interquartile range] over the repeats; stages: ms per pair; % peak: of "
+            f"{scoring.get('bf16_peak_tflops', '?')} TFLOP/s bf16",
             "",
-            "| engine | batch | pairs/s | s/call | peak memory | max score diff vs transformers |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| engine | workload | batch | pairs/s | grids/s | s/call | preprocess / vision / "
+            "LLM | syncs/call | TFLOP/pair | % peak | peak memory | max score diff vs "
+            "transformers |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in scoring["rows"]:
             if "status" in row:
-                lines.append(f"| {row['engine']}: {row['status']} | | | | | |")
+                lines.append(f"| {row['engine']}: {row['status']} |" + " |" * 11)
                 continue
-            diff = row.get("max_abs_diff_vs_transformers")
-            lines.append(
-                f"| {row['engine']} | {row['batch_size']} | {row['pairs_per_s']:.2f} | "
-                f"{row['seconds_per_call']:.3f} | {_size(row['peak_memory_bytes'])} | "
-                f"{'' if diff is None else f'{diff:.2e}'} |"
-            )
+            lines.append(_scoring_row(row))
         lines.append("")
     training = _as_list(results.get("training"))
     if training:

@@ -52,6 +52,7 @@ BENCHMARKS = (
     "consistency_rank",
     "edit_reward_bench",
     "throughput",
+    "scoring_speed",
     "server_throughput",
     "gpu_check",
     "plan_calibration",

@@ -18,6 +18,7 @@ from paco_reward.errors import (
     PromptError,
     RewardServerError,
     UnsupportedModelError,
+    VisionAttentionError,
     WeightsMismatchError,
     YesNoTokenError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "RewardServerError",
     "SetScore",
     "UnsupportedModelError",
+    "VisionAttentionError",
     "WeightsMismatchError",
     "YesNoTokenError",
     "YesNoTokens",

@@ -42,6 +42,12 @@ class UnsupportedModelError(PacoError, ValueError):
     no image placeholder token). The message names what is missing."""
 
 
+class VisionAttentionError(UnsupportedModelError):
+    """A vision tower or vision attention module has not the shape the scorer's one-call-per-
+    window-length attention was written for (the Qwen-VL families of the transformers range
+    ``setup.cfg`` pins). The message names the class and what differs."""
+
+
 class WeightsMismatchError(PacoError, ValueError):
     """A checkpoint's weights do not fit the class it was loaded into: some are missing (they
     would be randomly initialised), unexpected (they would be dropped) or of another shape.

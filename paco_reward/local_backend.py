@@ -1,17 +1,27 @@
 """In-process scoring with transformers.
 
-A batch of pairs is scored in three steps:
+A call scores a list of pairs (indices into a list of images) in two stages, each in chunks
+whose host work (the image processor; padding the token ids) runs in a worker thread while
+the model works on the previous chunk:
 
-1. every *distinct* image is preprocessed and run through the vision tower once;
-2. each pair's prompt is rendered with the model's own chat template (once per
-   distinct instruction), its image placeholders are expanded to the image's
-   token count, and the batch is left-padded;
-3. one forward pass of the language model, fed the cached image features via
-   ``mm_encoder_outputs``, gives the first-answer-token logits; only the last
-   position's logits are computed (``logits_to_keep=1``).
+1. **vision**: every *distinct* image goes through the vision tower once, images of one size
+   together, ``vision_batch_size`` images a chunk. Pixels travel in the model's dtype, one
+   frame (the processor repeats an image's frame ``temporal_patch_size`` times; the frames
+   are repeated again on the device), pinned on a GPU. The tower's grid-derived inputs
+   (rotary positions, window order, attention boundaries) come precomputed from the host
+   (:class:`~paco_reward.host_inputs.VisionGridInputs`) and its window attention makes one
+   call per distinct window length (:mod:`paco_reward.vision_attention`);
+2. **language model**: each pair's prompt is rendered with the model's own chat template
+   (once per distinct instruction), its image placeholders expanded to the image's token
+   count, its 3-D rope positions computed on the host once per (instruction, image sizes)
+   (:class:`~paco_reward.host_inputs.PromptRows`); pairs are sorted by token length and cut
+   into chunks of ``batch_size`` (so a chunk pads little, or not at all and then needs no
+   mask), left-padded, and one forward per chunk, fed the cached image features, gives the
+   first-answer-token logits of the last position only (``logits_to_keep=1``).
 
-This is token-for-token what ``processor(text, images)`` + ``model(**inputs)``
-computes (the parity test checks it), minus the repeated vision work. The model is any
+Nothing in a call reads a device tensor back but the results, once, at the end, in the
+pairs' order. This is token-for-token what ``processor(text, images)`` + ``model(**inputs)``
+computes (the parity tests check it), minus the repeated vision work. The model is any
 Qwen-VL family's (Qwen2.5-VL, Qwen3-VL, ...): its class comes from its config and its image
 handling from its processor (:mod:`paco_reward.modeling`).
 """
@@ -19,15 +29,19 @@ handling from its processor (:mod:`paco_reward.modeling`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.devices import default_device, resolve_device
+from paco_reward.devices import default_device, host_to_device, pin_for, resolve_device
+from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask
 from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
 from paco_reward.modeling import (
@@ -36,14 +50,24 @@ from paco_reward.modeling import (
     join_image_features,
     load_adapter,
     load_evaluator,
+    vision_tower,
 )
+from paco_reward.stage_timer import StageTimer
 from paco_reward.templates import build_messages
+from paco_reward.vision_attention import group_vision_attention
 from paco_reward.yes_no import YesNoTokens, yes_probability
 
 logger = logging.getLogger(__name__)
 
 # (index of first image, index of second image, instruction text)
 PairRequest = tuple[int, int, str]
+# An image's (t, h, w) patch grid.
+Grid = tuple[int, int, int]
+# Images per vision-tower pass by default (measured on the CPU: docs/benchmarks.md).
+DEFAULT_VISION_BATCH_SIZE = 16
+_Job = TypeVar("_Job")
+_Prepared = TypeVar("_Prepared")
+_Result = TypeVar("_Result")
 
 
 def render_prompt_text(processor, instruction: str, num_images: int = 2) -> str:
@@ -155,7 +179,24 @@ def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
 
 class LocalBackend:
     """Holds a Qwen-VL-family model (Qwen2.5-VL, Qwen3-VL, ...) and its processor; scores
-    pairs of pre-normalised images."""
+    pairs of pre-normalised images (see the module's docstring for how).
+
+    Args:
+        model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator`).
+        batch_size: pairs per language-model forward.
+        vision_batch_size: images per vision-tower pass (default
+            :data:`DEFAULT_VISION_BATCH_SIZE`).
+        canonical_yes_no / min_pixels / max_pixels / name: as in
+            :meth:`paco_reward.PacoReward.from_pretrained`.
+
+    Attributes:
+        stage_timer: a :class:`~paco_reward.stage_timer.StageTimer` to time the stages into
+            (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
+
+    Raises:
+        VisionAttentionError: the model's vision tower or attention is not of the shape the
+            scorer's precomputed inputs and grouped window attention were written for.
+    """
 
     def __init__(
         self,
@@ -163,6 +204,7 @@ class LocalBackend:
         processor,
         *,
         batch_size: int = 8,
+        vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
@@ -172,6 +214,7 @@ class LocalBackend:
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.batch_size = batch_size
+        self.vision_batch_size = vision_batch_size or DEFAULT_VISION_BATCH_SIZE
         self.name = name
         self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
         self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
@@ -179,6 +222,17 @@ class LocalBackend:
         self.image_token_id = processor.image_token_id
         self.pad_token_id = self.tokenizer.pad_token_id
         self._prompt_ids: dict[str, list[int]] = {}
+        group_vision_attention(self.model)
+        visual = vision_tower(self.model)
+        self.vision_device = next(visual.parameters()).device
+        self.vision_dtype = visual.dtype
+        self.patch_embed = visual.patch_embed
+        self.vision_inputs = VisionGridInputs(self.model, self.vision_device)
+        self.rows = PromptRows(self.model, self.prompt_ids, self.image_token_id, self.merge_length)
+        text_config = getattr(self.model.config, "text_config", self.model.config)
+        self.text_attention = text_config._attn_implementation
+        self.stage_timer: StageTimer | None = None
+        self._worker: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -190,6 +244,7 @@ class LocalBackend:
         dtype: torch.dtype | str | None = None,
         *,
         batch_size: int = 8,
+        vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
@@ -217,6 +272,8 @@ class LocalBackend:
             YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
             WeightsMismatchError: a weight of the model or the adapter is missing or
                 unexpected (the model would score with randomly initialised weights).
+            VisionAttentionError: the vision tower is not one the scorer knows (see
+                :mod:`paco_reward.vision_attention`).
 
         Example:
             >>> backend = LocalBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",
@@ -270,6 +327,7 @@ class LocalBackend:
             model,
             processor,
             batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
             canonical_yes_no=canonical_yes_no,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
@@ -280,7 +338,33 @@ class LocalBackend:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    # ------------------------------------------------------------------ encoding
+    # ------------------------------------------------------------------ pipeline
+    def _host_stage(self, name: str) -> AbstractContextManager:
+        return self.stage_timer.host_stage(name) if self.stage_timer else nullcontext()
+
+    def _device_stage(self, name: str) -> AbstractContextManager:
+        return self.stage_timer.device_stage(name) if self.stage_timer else nullcontext()
+
+    def _pipelined(
+        self,
+        jobs: Sequence[_Job],
+        prepare: Callable[[_Job], _Prepared],
+        run: Callable[[_Prepared], _Result],
+    ) -> list[_Result]:
+        """``run(prepare(job))`` for each job in order, each job's ``prepare`` (host work) in
+        the worker thread while the previous job's ``run`` queues the model's work."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="paco-preprocess")
+        results: list[_Result] = []
+        pending: Future | None = self._worker.submit(prepare, jobs[0]) if jobs else None
+        for k in range(len(jobs)):
+            prepared = pending.result()
+            if k + 1 < len(jobs):
+                pending = self._worker.submit(prepare, jobs[k + 1])
+            results.append(run(prepared))
+        return results
+
+    # ------------------------------------------------------------------ vision
     def preprocess_images(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
         """Pixel patches and (t, h, w) grids of already-resized images, as the processor makes them."""
         out = self.processor.image_processor(
@@ -288,23 +372,50 @@ class LocalBackend:
         )
         return out["pixel_values"], out["image_grid_thw"]
 
+    def _vision_chunk(self, images: Sequence[Image.Image]) -> _VisionChunk:
+        """Host work of a vision pass (worker thread): the processor's patches, one frame of
+        each (an image's frames are copies), in the tower's dtype, pinned for a GPU."""
+        with self._host_stage("preprocess"):
+            pixel_values, grid_thw = self.preprocess_images(images)
+            embed = self.patch_embed
+            frames = pixel_values.view(
+                -1, embed.in_channels, embed.temporal_patch_size, embed.patch_size, embed.patch_size
+            )[:, :, :1].to(self.vision_dtype)  # fmt: skip
+            grids = [(int(t), int(h), int(w)) for t, h, w in grid_thw.tolist()]
+            return _VisionChunk(pin_for(frames, self.vision_device), grids)
+
+    def _vision_forward(self, chunk: _VisionChunk) -> tuple[list[ImageFeatures], list[Grid]]:
+        with self._device_stage("vision"):
+            frames = host_to_device(chunk.frames, self.vision_device)
+            patches, channels, _, size, _ = frames.shape
+            temporal = self.patch_embed.temporal_patch_size
+            pixels = frames.expand(patches, channels, temporal, size, size).reshape(patches, -1)
+            vision = self.model.get_image_features(
+                pixels, torch.tensor(chunk.grids), return_dict=True, **self.vision_inputs(chunk.grids)
+            )  # fmt: skip
+            return image_features(vision), chunk.grids
+
     @torch.inference_mode()
     def encode_images(
         self, images: Sequence[Image.Image]
     ) -> tuple[list[ImageFeatures], torch.Tensor]:
         """Vision-tower features (one :class:`~paco_reward.modeling.ImageFeatures` per image:
-        its merged embeddings, and Qwen3-VL's DeepStack features) and the images' grids."""
-        features: list[ImageFeatures] = []
-        grids: list[torch.Tensor] = []
-        for start in range(0, len(images), self.batch_size):
-            pixel_values, grid_thw = self.preprocess_images(images[start : start + self.batch_size])
-            vision = self.model.get_image_features(
-                pixel_values.to(self.device), grid_thw.to(self.device), return_dict=True
-            )
-            features.extend(image_features(vision))
-            grids.append(grid_thw)
-        return features, torch.cat(grids).to(self.device)
+        its merged embeddings, and Qwen3-VL's DeepStack features) and the images' grids (a
+        host tensor ``[len(images), 3]``), in the order of ``images``."""
+        order = sorted(range(len(images)), key=lambda i: images[i].size)  # one size: one call
+        step = self.vision_batch_size
+        chunks = [order[s : s + step] for s in range(0, len(order), step)]
+        done = self._pipelined(
+            chunks, lambda chunk: self._vision_chunk([images[i] for i in chunk]), self._vision_forward
+        )  # fmt: skip
+        features: list[ImageFeatures] = [None] * len(images)  # type: ignore[list-item]
+        grids: list[Grid] = [(0, 0, 0)] * len(images)
+        for chunk, (chunk_features, chunk_grids) in zip(chunks, done):
+            for i, feature, grid in zip(chunk, chunk_features, chunk_grids):
+                features[i], grids[i] = feature, grid
+        return features, torch.tensor(grids, dtype=torch.long).reshape(-1, 3)
 
+    # ------------------------------------------------------------------ language model
     def prompt_ids(self, instruction: str) -> list[int]:
         """Token ids of the rendered chat prompt for a pair, with one image placeholder per
         image (cached per instruction: the text does not depend on the images)."""
@@ -312,33 +423,96 @@ class LocalBackend:
             self._prompt_ids[instruction] = render_prompt_ids(self.processor, instruction)
         return self._prompt_ids[instruction]
 
+    def _pair_rows(
+        self, pairs: Sequence[PairRequest], grids: Sequence[Grid]
+    ) -> list[tuple[list[int], torch.Tensor]]:
+        return [self.rows(text, (grids[a], grids[b])) for a, b, text in pairs]
+
+    def _left_padded(
+        self, rows: Sequence[tuple[list[int], torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``input_ids`` ``[len(rows), width]`` and rope positions ``[3, len(rows), width]``,
+        left-padded (pad id, position 0: as transformers' ``get_rope_index`` leaves a pad),
+        and each row's pad count."""
+        width = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        positions = torch.zeros((3, len(rows), width), dtype=torch.long)
+        padding = torch.tensor([width - len(ids) for ids, _ in rows], dtype=torch.long)
+        for i, (ids, row_positions) in enumerate(rows):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids)
+            positions[:, i, width - len(ids) :] = row_positions
+        return input_ids, positions, padding
+
+    def _text_chunk(
+        self, rows: Sequence[tuple[list[int], torch.Tensor]], occurrences: list[int]
+    ) -> _TextChunk:
+        """Host work of a language-model forward (worker thread): the padded batch, pinned."""
+        with self._host_stage("preprocess"):
+            input_ids, positions, padding = self._left_padded(rows)
+            device = self.device
+            return _TextChunk(
+                pin_for(input_ids, device),
+                pin_for(positions, device),
+                pin_for(padding, device),
+                bool(padding.any()),
+                occurrences,
+            )
+
+    def _attention_mask(self, chunk: _TextChunk) -> torch.Tensor | None:
+        """None when no row is padded (causal attention needs no mask); else sdpa's 4-D mask
+        built on the device, or the 2-D mask for the other kernels to build theirs from."""
+        if not chunk.padded:
+            return None
+        padding = host_to_device(chunk.padding, self.device)
+        width = chunk.input_ids.shape[1]
+        if self.text_attention == "sdpa":
+            return causal_padding_mask(padding, width)
+        return (torch.arange(width, device=padding.device)[None, :] >= padding[:, None]).long()
+
+    def _chunk_logits(self, chunk: _TextChunk, features: Sequence[ImageFeatures]) -> torch.Tensor:
+        with self._device_stage("llm"):
+            input_ids = host_to_device(chunk.input_ids, self.device)
+            images = [features[i] for i in chunk.occurrences]
+            if set(images[0].fields) == {"pooler_output"}:
+                # transformers' own embedding and placeholder scatter, without its check of the
+                # placeholder count (a read-back; the rows were built from the same counts)
+                embeds = self.model.get_input_embeddings()(input_ids)
+                image_embeds = torch.cat([f.fields["pooler_output"] for f in images])
+                placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
+                inputs: dict[str, Any] = {
+                    "inputs_embeds": embeds.masked_scatter(
+                        placeholders, image_embeds.to(embeds.device, embeds.dtype)
+                    )
+                }
+            else:  # Qwen3-VL's DeepStack features: through the model's own image input
+                inputs = {
+                    "input_ids": input_ids,
+                    "mm_encoder_outputs": {"image": join_image_features(images)},
+                }
+            out = self.model(
+                **inputs,
+                attention_mask=self._attention_mask(chunk),
+                position_ids=host_to_device(chunk.positions, self.device),
+                logits_to_keep=1,
+                use_cache=False,
+            )
+            return out.logits[:, -1, :]
+
     def build_inputs(
         self, pairs: Sequence[PairRequest], grids: torch.Tensor
     ) -> dict[str, torch.Tensor]:
         """Left-padded ``input_ids``/``attention_mask``/``mm_token_type_ids`` and the
-        ``image_grid_thw`` of every image occurrence, in order of appearance."""
-        tokens_per_image = (grids.prod(-1) // self.merge_length).tolist()
-        rows: list[list[int]] = []
-        occurrences: list[int] = []
-        for first, second, instruction in pairs:
-            occurrences.extend((first, second))
-            counts = (tokens_per_image[first], tokens_per_image[second])
-            rows.append(
-                expand_image_tokens(self.prompt_ids(instruction), self.image_token_id, counts)
-            )
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, ids in enumerate(rows):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids)
-            attention_mask[i, width - len(ids) :] = 1
-        input_ids = input_ids.to(self.device)
+        ``image_grid_thw`` of every image occurrence, in order of appearance (host tensors),
+        as ``processor(text, images)`` makes them."""
+        grid_list = [(int(t), int(h), int(w)) for t, h, w in grids.tolist()]
+        input_ids, _, padding = self._left_padded(self._pair_rows(pairs, grid_list))
+        occurrences = [i for a, b, _ in pairs for i in (a, b)]
+        attention_mask = torch.arange(input_ids.shape[1])[None, :] >= padding[:, None]
         return {
             "input_ids": input_ids,
-            "attention_mask": attention_mask.to(self.device),
+            "attention_mask": attention_mask.long(),
             "mm_token_type_ids": (input_ids == self.image_token_id).int(),
-            "image_grid_thw": grids[occurrences],
-            "occurrences": torch.tensor(occurrences),
+            "image_grid_thw": grids.cpu()[occurrences],
         }
 
     # ------------------------------------------------------------------ scoring
@@ -346,18 +520,50 @@ class LocalBackend:
     def first_token_logits(
         self, pairs: Sequence[PairRequest], features: list[ImageFeatures], grids: torch.Tensor
     ) -> torch.Tensor:
-        """Next-token logits after the generation prompt, ``[len(pairs), vocab]``, from the
-        images' :meth:`encode_images` features."""
-        inputs = self.build_inputs(pairs, grids)
-        occurrences = inputs.pop("occurrences").tolist()
-        image_outputs = join_image_features([features[i] for i in occurrences])
-        out = self.model(
-            **inputs,
-            mm_encoder_outputs={"image": image_outputs},
-            logits_to_keep=1,
-            use_cache=False,
+        """Next-token logits after the generation prompt, ``[len(pairs), vocab]`` (one forward,
+        on the model's device), from the images' :meth:`encode_images` features and grids."""
+        grid_list = [(int(t), int(h), int(w)) for t, h, w in grids.tolist()]
+        occurrences = [i for a, b, _ in pairs for i in (a, b)]
+        chunk = self._text_chunk(self._pair_rows(pairs, grid_list), occurrences)
+        return self._chunk_logits(chunk, features)
+
+    @torch.inference_mode()
+    def first_token_outputs(
+        self,
+        images: Sequence[Image.Image],
+        pairs: Sequence[PairRequest],
+        reduce: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """``reduce`` of the first-answer-token logits of ``pairs`` (indices into
+        ``images``), on the host, in the order of ``pairs``. ``reduce`` maps a chunk's logits
+        ``[n, vocab]`` to a ``[n, ...]`` tensor on the device; its results come back in one
+        transfer at the end of the call. Every scoring path goes through here (the scores,
+        the server's log-probabilities).
+
+        Example:
+            >>> backend.first_token_outputs(images, [(0, 1, text)], lambda x: x.argmax(-1))  # doctest: +SKIP
+            tensor([9454])
+        """
+        used = sorted({i for a, b, _ in pairs for i in (a, b)})
+        local = {index: k for k, index in enumerate(used)}
+        features, grids = self.encode_images([images[i] for i in used])
+        requests = [(local[a], local[b], text) for a, b, text in pairs]
+        rows = self._pair_rows(requests, [tuple(g) for g in grids.tolist()])
+        order = sorted(range(len(requests)), key=lambda k: len(rows[k][0]))  # stable
+        step = self.batch_size
+        chunks = [order[s : s + step] for s in range(0, len(order), step)]
+
+        def prepare(chunk: list[int]) -> _TextChunk:
+            occurrences = [i for k in chunk for i in requests[k][:2]]
+            return self._text_chunk([rows[k] for k in chunk], occurrences)
+
+        outputs = self._pipelined(
+            chunks, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
         )
-        return out.logits[:, -1, :]
+        sorted_results = torch.cat(outputs).cpu()  # the call's one wait for the device
+        results = torch.empty_like(sorted_results)
+        results[torch.tensor(order, dtype=torch.long)] = sorted_results
+        return results
 
     def score_batch(
         self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
@@ -365,17 +571,10 @@ class LocalBackend:
         """Scores of ``pairs`` (indices into ``images``); each image is encoded once."""
         if not pairs:
             return np.zeros(0, dtype=np.float64)
-        used = sorted({i for first, second, _ in pairs for i in (first, second)})
-        features, grids = self.encode_images([images[i] for i in used])
-        local = {global_index: k for k, global_index in enumerate(used)}
-        scores: list[np.ndarray] = []
-        for start in range(0, len(pairs), self.batch_size):
-            chunk = [
-                (local[a], local[b], text) for a, b, text in pairs[start : start + self.batch_size]
-            ]
-            logits = self.first_token_logits(chunk, features, grids)
-            scores.append(yes_probability(logits, tokens=self.yes_no).double().cpu().numpy())
-        return np.concatenate(scores)
+        scores = self.first_token_outputs(
+            images, pairs, lambda logits: yes_probability(logits, tokens=self.yes_no)
+        )
+        return scores.double().numpy()
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()
@@ -388,8 +587,10 @@ class LocalBackend:
     ) -> str:
         """Greedy (by default) continuation for one pair, decoded without special tokens."""
         pixel_values, grid_thw = self.preprocess_images(images)
-        inputs = self.build_inputs([(0, 1, instruction)], grid_thw.to(self.device))
-        inputs.pop("occurrences")
+        inputs = {
+            name: value.to(self.device)
+            for name, value in self.build_inputs([(0, 1, instruction)], grid_thw).items()
+        }
         generate_kwargs.setdefault("do_sample", False)
         output = self.model.generate(
             **inputs,
@@ -400,3 +601,24 @@ class LocalBackend:
         )
         new_tokens = output[0, inputs["input_ids"].shape[1] :]
         return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+
+
+@dataclass
+class _VisionChunk:
+    """A vision pass's host inputs: ``frames`` ``[patches, channels, 1, patch, patch]`` in the
+    tower's dtype, and each image's grid."""
+
+    frames: torch.Tensor
+    grids: list[Grid]
+
+
+@dataclass
+class _TextChunk:
+    """A language-model forward's host inputs: left-padded ids, rope positions, pad counts,
+    whether any row is padded, and the image (feature index) of each placeholder in order."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    padding: torch.Tensor
+    padded: bool
+    occurrences: list[int]

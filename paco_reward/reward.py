@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from itertools import combinations
@@ -64,19 +65,30 @@ class ScoringBackend(Protocol):
 
 
 class _ImageTable:
-    """Normalises images once and de-duplicates them by content."""
+    """Normalises images once and de-duplicates them by content. An input seen before in the
+    call (the same object, or the same path) is not decoded, resized nor hashed again: a
+    panel of a 2x2 grid is in three pairs."""
 
     def __init__(self, policy: ImagePolicy) -> None:
         self.policy = policy
         self.images: list[Image.Image] = []
         self._index: dict[str, int] = {}
+        self._seen: dict[Any, int] = {}
+        self._inputs: list[ImageInput] = []  # keeps each seen object alive, so its id stays its
 
     def add(self, image: ImageInput, name: str) -> int:
+        identity = (
+            ("path", os.fspath(image)) if isinstance(image, (str, os.PathLike)) else id(image)
+        )
+        if identity in self._seen:
+            return self._seen[identity]
         pil = resize_for_model(load_image(image, name), self.policy, name)
         key = image_hash(pil)
         if key not in self._index:
             self._index[key] = len(self.images)
             self.images.append(pil)
+        self._seen[identity] = self._index[key]
+        self._inputs.append(image)
         return self._index[key]
 
 
@@ -117,6 +129,7 @@ class PacoReward:
         *,
         backend: str = "transformers",
         batch_size: int = 8,
+        vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
@@ -148,8 +161,11 @@ class PacoReward:
             dtype: defaults to bfloat16 on CUDA, float32 on CPU.
             backend: ``"transformers"`` (default) or ``"vllm"`` (``vllm.LLM`` in-process,
                 exact, same scores; needs ``pip install 'paco-rl[vllm]'``).
-            batch_size: pairs per forward pass (and images per vision pass); vLLM batches a
-                whole call itself.
+            batch_size: pairs per language-model forward; pairs are grouped by token length
+                within a call (the results keep the input order). vLLM batches a whole call
+                itself.
+            vision_batch_size: images per vision-tower pass (transformers backend; default
+                :data:`paco_reward.local_backend.DEFAULT_VISION_BATCH_SIZE`).
             canonical_yes_no: sum every case/space variant of Yes/No (default) or use
                 only the exact "Yes"/"No" tokens as the model card does.
             min_pixels / max_pixels: image pixel budget; defaults to the processor's.
@@ -211,6 +227,7 @@ class PacoReward:
                 ),
                 transformers_only={
                     "adapter": adapter,
+                    "vision_batch_size": vision_batch_size,
                     "device": device,
                     "device_map": device_map,
                     "attn_implementation": attn_implementation,
@@ -238,6 +255,7 @@ class PacoReward:
             device=device,
             dtype=dtype,
             batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
             canonical_yes_no=canonical_yes_no,
             min_pixels=min_pixels,
             max_pixels=max_pixels,

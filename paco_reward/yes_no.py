@@ -17,6 +17,7 @@ Both reduce to ``sigmoid(logsumexp(yes) - logsumexp(no))``, which equals
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,9 +124,16 @@ def yes_probability(
             )
         tokens = YesNoTokens.from_tokenizer(tokenizer, canonical=canonical_yes_no)
     logits = logits.float()
-    yes = torch.logsumexp(logits[..., list(tokens.yes)], dim=-1)
-    no = torch.logsumexp(logits[..., list(tokens.no)], dim=-1)
+    yes = torch.logsumexp(logits[..., _token_index(tokens.yes, logits.device)], dim=-1)
+    no = torch.logsumexp(logits[..., _token_index(tokens.no, logits.device)], dim=-1)
     return yes_no_log_odds_to_probability(yes - no)
+
+
+@functools.lru_cache(maxsize=64)
+def _token_index(ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``ids`` as an index tensor on ``device``, made once: indexing a device tensor with a
+    list copies the list there, and waits for the copy, at every call."""
+    return torch.tensor(ids, dtype=torch.long).to(device)
 
 
 def yes_no_words(canonical_yes_no: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:

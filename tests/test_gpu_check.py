@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from PIL import Image
 
 from benchmarks.gpu_check import (
     _split,
@@ -40,6 +42,10 @@ REWARDS = {
     "qwen2_5_vl_7b": ({"text": 2, "vision": 2}, 4),
     "qwen3_vl_8b": ({"text": 2, "vision": 2}, 64),
 }
+# Scoring rows scaled down: 4 pairs (or 1 s) a repeat; the GRPO row 2 grids of 32 px panels.
+SCORING_FLAGS = ("--min_pairs", "4", "--min_seconds", "1", "--grids", "2", "--panel", "32",
+                 "--grpo_batch_size", "4")  # fmt: skip
+STAGES = {"preprocess", "vision", "llm"}
 GENERATORS = [
     "black-forest-labs/FLUX.1-dev",
     "stabilityai/stable-diffusion-3.5-large",
@@ -64,7 +70,7 @@ def check(tmp_path_factory) -> tuple[dict, str]:
     """Every text-to-image recipe and both evaluator architectures in one run."""
     out = tmp_path_factory.mktemp("gpu-check") / "gpu_check.json"
     return run_check(out, "--batch_sizes", *map(str, BATCH_SIZES), "--repeats", "2",
-                     "--train_steps", "2", "--recipe", *RECIPES,
+                     *SCORING_FLAGS, "--train_steps", "2", "--recipe", *RECIPES,
                      "--reward_architectures", *REWARDS)  # fmt: skip
 
 
@@ -75,16 +81,35 @@ def test_scoring_rows(check):
     for scoring in results["scoring"]:
         layers, tokens = REWARDS[scoring["architecture"]]
         rows = [r for r in scoring["rows"] if r["engine"] == "transformers"]
-        assert [r["batch_size"] for r in rows] == BATCH_SIZES
+        pairs = [r for r in rows if r["workload"] == "pairs"]
+        (grpo,) = [r for r in rows if r["workload"] == "grpo"]
+        assert [r["batch_size"] for r in pairs] == BATCH_SIZES
         for row in rows:
-            assert math.isfinite(row["pairs_per_s"]) and row["pairs_per_s"] > 0
+            low, high = row["pairs_per_s_iqr"]
+            assert 0 < low <= row["pairs_per_s"] <= high and math.isfinite(high)
+            assert row["repeats"] == 2 and row["pairs_per_repeat"] >= min(4, row["pairs_per_call"])
+            assert set(row["stage_ms_per_pair"]) == STAGES
+            assert all(ms > 0 for ms in row["stage_ms_per_pair"].values()), row
+            assert row["syncs_per_call"] is None  # counted on a GPU only
+            assert row["peak_memory_bytes"] is None  # not measured on a CPU, not faked
+            assert row["tflop_per_pair"] > 0 and row["bf16_peak_tflops"] == 989.4
+            assert row["fraction_of_bf16_peak"] == pytest.approx(
+                row["pairs_per_s"] * row["tflop_per_pair"] / 989.4
+            )
+        for row in pairs:
             assert len(row["scores"]) == row["batch_size"]
             assert all(0 < s < 1 for s in row["scores"])
-            assert row["peak_memory_bytes"] is None  # not measured on a CPU, not faked
-        scores = [s for r in rows for s in r["scores"]]
+        # the GRPO reward: 2 grids of 6 panel pairs a call, one reward a grid
+        assert grpo["pairs_per_call"] == 12 and grpo["grids_per_call"] == 2
+        assert grpo["grids_per_s"] == pytest.approx(grpo["pairs_per_s"] / 6)
+        assert len(grpo["scores"]) == 2 and all(0 < s < 1 for s in grpo["scores"])
+        scores = [s for r in pairs for s in r["scores"]]
         assert len(set(scores)) > 1, scores  # a model that reads its inputs
         assert scoring["layers"] == layers
         assert scoring["image_tokens_per_image"] == tokens
+        assert scoring["attention"] == {"vision": "sdpa", "text": "sdpa"}
+        assert scoring["image_processor"] == "Qwen2VLImageProcessor"
+        assert scoring["torch"] == torch.__version__ and "cudnn" in scoring
     scoring = results["scoring"][0]  # vLLM: the Qwen2.5-VL evaluator's
     assert all(r["engine"] == "transformers" for r in results["scoring"][1]["rows"])
     if importlib.util.find_spec("vllm") is None:
@@ -93,8 +118,56 @@ def test_scoring_rows(check):
         vllm_rows = [r for r in scoring["rows"] if r["engine"] == "vllm"]
         assert [r["batch_size"] for r in vllm_rows] == BATCH_SIZES, scoring["rows"]
         assert all(r["max_abs_diff_vs_transformers"] < 1e-4 for r in vllm_rows)
-    assert "| transformers | 1 |" in stdout and "| transformers | 2 |" in stdout
+    assert "| transformers | pairs | 1 |" in stdout and "| transformers | pairs | 2 |" in stdout
+    assert "| transformers | grpo | 4 |" in stdout
     assert "qwen3_vl_8b" in stdout
+
+
+def test_flops_of_a_scored_pair_are_what_torch_counts(tmp_path):
+    """ScoringFlops against torch's own FLOP counter on the scaled evaluator (eager attention,
+    whose matmuls the counter sees): the vision tower of two 504 px images with the real
+    window structure, and the language model on one pair's prompt."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.scoring_flops import ScoringFlops
+
+    model, processor, _ = build_reward_model(0.0625, torch.device("cpu"), torch.float32,
+                                             vision_blocks=8)  # fmt: skip
+    model.set_attn_implementation("eager")
+    flops = ScoringFlops.of(model)
+    image = Image.new("RGB", (504, 504), (40, 90, 200))
+    inputs = processor.image_processor(images=[image, image], return_tensors="pt")
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+    grids = [tuple(g) for g in inputs["image_grid_thw"].tolist()]
+    assert flops.vision(grids) == pytest.approx(counter.get_total_flops(), rel=0.01)
+
+    tokens = 300
+    embeds = torch.zeros(1, tokens, model.config.text_config.hidden_size)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(inputs_embeds=embeds, logits_to_keep=1)
+    # the counter charges causal attention for the full square; ScoringFlops for the half
+    width, layers = flops.attention_width, flops.text_layers
+    full_square = flops.language(tokens) + 4 * width * layers * tokens * (tokens - 1) / 2
+    assert full_square == pytest.approx(counter.get_total_flops(), rel=0.01)
+
+
+def test_flops_of_the_7b_pair_are_the_issues():
+    """PaCo-Reward-7B's shape on the meta device: a pair of 504 px images (2 x 1,296 patches)
+    with a 722-token prompt is 12.95 TFLOP (language model 9.53, vision tower 3.42)."""
+    import transformers
+
+    from benchmarks.gpu_check import REWARD_MODEL
+    from benchmarks.scoring_flops import ScoringFlops
+
+    config = model_config(REWARD_MODEL)
+    with torch.device("meta"):
+        model = transformers.Qwen2_5_VLForConditionalGeneration._from_config(
+            transformers.AutoConfig.for_model(**config)
+        )
+    flops = ScoringFlops.of(model)
+    assert flops.language(722) / 1e12 == pytest.approx(9.53, abs=0.01)
+    assert flops.vision([(1, 36, 36)] * 2) / 1e12 == pytest.approx(3.42, abs=0.01)
 
 
 @pytest.mark.slow

@@ -303,3 +303,24 @@ def test_dtype_and_device_options(tiny_model_dir, random_images):
     a, b = random_images(2, seed=15)
     full = PacoReward.from_pretrained(tiny_model_dir).score(a, b, "fox")
     assert rm.score(a, b, "fox") == pytest.approx(full, abs=0.05)
+
+
+def test_each_distinct_input_is_decoded_resized_and_hashed_once(tiny_reward, monkeypatch):
+    """The GRPO reward's call: every panel pair of a 2x2 grid, each panel in three pairs."""
+    import paco_reward.reward as reward_module
+    from paco_reward.grids import split_grid
+
+    resized = []
+    resize = reward_module.resize_for_model
+
+    def counting(image, policy, name="image"):
+        resized.append(name)
+        return resize(image, policy, name)
+
+    monkeypatch.setattr(reward_module, "resize_for_model", counting)
+    grid = Image.fromarray(np.random.default_rng(0).integers(0, 256, (112, 112, 3), np.uint8))
+    panels = split_grid(grid, 2, 2)
+    pairs = [(panels[i], panels[j], "a fox") for i in range(4) for j in range(i + 1, 4)]
+    scores = tiny_reward.score_pairs(pairs)
+    assert len(resized) == 4, resized
+    np.testing.assert_allclose(scores, tiny_reward.score_set(panels, "a fox").scores, atol=1e-6)

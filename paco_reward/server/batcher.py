@@ -83,20 +83,16 @@ def first_token_logprobs(
     backend, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-softmax of the first answer token ``[len(pairs), vocab]`` and the scores
-    (:func:`~paco_reward.yes_no.yes_probability` on the same logits), with every image
-    encoded once: ``LocalBackend.score_batch``'s path, keeping the full distribution."""
-    used = sorted({i for a, b, _ in pairs for i in (a, b)})
-    features, grids = backend.encode_images([images[i] for i in used])
-    local = {index: k for k, index in enumerate(used)}
-    logprobs, scores = [], []
-    for start in range(0, len(pairs), backend.batch_size):
-        chunk = [
-            (local[a], local[b], text) for a, b, text in pairs[start : start + backend.batch_size]
-        ]
-        logits = backend.first_token_logits(chunk, features, grids).float()
-        scores.append(yes_probability(logits, tokens=backend.yes_no).double().cpu())
-        logprobs.append(torch.log_softmax(logits, dim=-1).cpu())
-    return torch.cat(logprobs), torch.cat(scores)
+    (:func:`~paco_reward.yes_no.yes_probability` on the same logits), through
+    ``LocalBackend.first_token_outputs``: the path ``score_batch`` takes, keeping the full
+    distribution."""
+
+    def both(logits: torch.Tensor) -> torch.Tensor:
+        scores = yes_probability(logits, tokens=backend.yes_no)
+        return torch.cat([torch.log_softmax(logits.float(), dim=-1), scores[:, None]], dim=-1)
+
+    out = backend.first_token_outputs(images, pairs, both)
+    return out[:, :-1], out[:, -1].double()
 
 
 class MicroBatcher:

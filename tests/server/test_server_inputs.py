@@ -301,7 +301,7 @@ def test_internal_errors_are_logged_with_a_request_id_and_answered_without_detai
         def __getattr__(self, name):
             return getattr(tiny_reward.backend, name)
 
-        def encode_images(self, *args, **kwargs):
+        def first_token_outputs(self, *args, **kwargs):  # every scoring call's model path
             raise RuntimeError("disk full at /secret/model/path")
 
     with ServerThread(create_app(Exploding(), ServerConfig(MODEL_NAME))) as server:
