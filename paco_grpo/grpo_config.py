@@ -437,7 +437,7 @@ class GRPOConfig:
     max_failed_fraction: float = field(
         default=0.1,
         metadata={
-            "help": "Stop the run (RewardFailureError, before any optimizer step on the epoch) when a reward scored NaN for more than this share of an epoch's samples; failures within it are left out of their group and logged. 1.0 never stops. See docs/grpo.md, 'When a reward fails'."
+            "help": "Stop the run (RewardFailureError, before any optimizer step on the epoch) when a reward of weight > 0 scored NaN for more than this share of an epoch's samples; failures within it are left out of their group and logged. 1.0 never stops. See docs/grpo.md, 'When a reward fails'."
         },
     )
     aggregator: str = field(

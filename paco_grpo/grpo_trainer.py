@@ -388,8 +388,9 @@ class GRPOTrainer:
         return metrics
 
     def check_reward_failures(self, rewards: dict[str, np.ndarray], epoch: int) -> None:
-        """Raise :class:`~paco_grpo.reward_failures.RewardFailureError` when a reward's NaN
-        share of the epoch's gathered ``rewards`` is over ``max_failed_fraction``.
+        """Raise :class:`~paco_grpo.reward_failures.RewardFailureError` when a trained reward's
+        (weight > 0) NaN share of the epoch's gathered ``rewards`` is over
+        ``max_failed_fraction``.
 
         Every process holds the same gathered scores, so all of them raise together (the
         reasons each recorded are gathered first); failures within the budget are logged.
@@ -397,7 +398,7 @@ class GRPOTrainer:
         from accelerate.utils import gather_object
 
         cfg = self.config
-        failed = over_budget(rewards, cfg.max_failed_fraction)
+        failed = over_budget(rewards, cfg.max_failed_fraction, dict(cfg.rewards))
         if not failed:
             if self.accelerator.is_main_process:
                 log_sporadic_failures(rewards, cfg.max_failed_fraction, epoch)

@@ -15,6 +15,8 @@ the same decision and raises at once; none is left waiting in a collective.
     {'consistency': 2}
     >>> over_budget({"consistency": np.array([np.nan, 0.4, 0.5, 0.7])}, 0.25)
     {}
+    >>> over_budget({"logged": np.array([np.nan, np.nan])}, 0.1, weights={"logged": 0.0})
+    {}
 """
 
 from __future__ import annotations
@@ -67,9 +69,20 @@ class RewardFailureError(PacoError, RuntimeError):
         self.reasons = list(reasons)
 
 
-def over_budget(rewards: Mapping[str, np.ndarray], max_failed_fraction: float) -> dict[str, int]:
-    """``{name: NaN count}`` of the rewards whose NaN share is over ``max_failed_fraction``."""
-    counts = {name: int(np.isnan(scores).sum()) for name, scores in rewards.items()}
+def over_budget(
+    rewards: Mapping[str, np.ndarray],
+    max_failed_fraction: float,
+    weights: Mapping[str, float] | None = None,
+) -> dict[str, int]:
+    """``{name: NaN count}`` of the rewards whose NaN share is over ``max_failed_fraction``.
+
+    With ``weights``, a reward of weight 0 (logged, not trained on) never counts: its NaN
+    scores leave no sample out of the advantages."""
+    counts = {
+        name: int(np.isnan(scores).sum())
+        for name, scores in rewards.items()
+        if weights is None or weights.get(name, 1.0) != 0
+    }
     return {
         name: count
         for name, count in counts.items()
