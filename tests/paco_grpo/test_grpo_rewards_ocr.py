@@ -24,8 +24,9 @@ from paco_reward.errors import PromptError, UnsupportedModelError
 from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
 
 # Letters that collide often (so distances are small and varied), case pairs, whitespace of
-# several kinds, a full-width letter and a combining accent (NFKC's business), punctuation.
-ALPHABET = "abcAB \t\n\u00a0Ｃé\u0301.-'1"
+# several kinds, a full-width letter and a combining accent (NFKC's business), a letter whose
+# case folding is not its lower case (ß -> ss), punctuation.
+ALPHABET = "abcsAB \t\n\u00a0Ｃé\u0301ß.-'1"
 MAX_NEW_TOKENS = 6
 
 
@@ -72,6 +73,7 @@ def test_normalisation_ignores_case_whitespace_and_width_but_not_punctuation():
     assert normalise_text(" Open\n24 /\t7\u00a0") == "open24/7"
     assert normalise_text("ＯＰＥＮ") == "open"  # full-width forms (NFKC)
     assert normalise_text("Cafe\u0301") == normalise_text("Café") == "café"  # composed accent
+    assert normalise_text("STRASSE") == normalise_text("Straße") == "strasse"  # case folding
     prompt = 'A neon sign that says "OPEN 24/7"'
     assert ocr_score("open 24/7", prompt) == 1.0
     assert ocr_score("OPEN 24-7", prompt) == pytest.approx(1 - 1 / 8)  # "open24/7": 8
