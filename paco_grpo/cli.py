@@ -7,6 +7,8 @@
     paco-grpo tiny-sd3 tiny_sd3            # tiny offline Stable Diffusion 3.5
     paco-grpo tiny-flux2 tiny_flux2_klein  # tiny offline FLUX.2-klein (or --pipeline flux2)
     paco-grpo tiny-qwen-image tiny_qwen_image   # tiny offline Qwen-Image (text-to-image)
+    paco-grpo tiny-ocr tiny_ocr            # tiny offline GOT-OCR 2.0 for the `ocr` reward
+    paco-grpo ocr-prompts recipes/data     # the OCR task's prompt files (ocr_train/test.txt)
 
 Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
@@ -71,6 +73,24 @@ class TinyFlux2Arguments:
         "flux2_klein", help="Which FLUX.2 pipeline to build."
     )
     seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class TinyOCRArguments:
+    """Build the tiny offline GOT-OCR 2.0 folder the OCR CPU recipe's reward reads with."""
+
+    output_dir: str = config_field(help="Folder to write the model to.", positional=True)
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass
+class OCRPromptsArguments:
+    """Write the OCR task's prompts: ocr_train.txt and ocr_test.txt, from templates and words."""
+
+    output_dir: str = config_field(help="Folder to write the two files to.", positional=True)
+    num_train: int = config_field(1000, help="Training prompts (ocr_train.txt).")
+    num_test: int = config_field(100, help="Test prompts (ocr_test.txt), texts unseen in training.")
+    seed: int = config_field(0, help="Seed of the draw; the same seed writes the same files.")
 
 
 def train(config: GRPOConfig) -> int:
@@ -139,6 +159,21 @@ def tiny_flux2(args: TinyFlux2Arguments) -> int:
     return 0
 
 
+def tiny_ocr(args: TinyOCRArguments) -> int:
+    from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
+
+    print(build_tiny_got_ocr2(args.output_dir, seed=args.seed))
+    return 0
+
+
+def ocr_prompts(args: OCRPromptsArguments) -> int:
+    from paco_grpo.ocr_prompts import write_ocr_prompts
+
+    for path in write_ocr_prompts(args.output_dir, args.num_train, args.num_test, args.seed):
+        print(path)
+    return 0
+
+
 COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
     Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
@@ -149,6 +184,8 @@ COMMANDS = [
     Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
     Command("tiny-sd3", TinySD3Arguments, tiny_sd3, "Build the tiny offline Stable Diffusion 3.5."),
     Command("tiny-flux2", TinyFlux2Arguments, tiny_flux2, "Build a tiny offline FLUX.2 pipeline."),
+    Command("tiny-ocr", TinyOCRArguments, tiny_ocr, "Build the tiny offline GOT-OCR 2.0."),
+    Command("ocr-prompts", OCRPromptsArguments, ocr_prompts, "Write the OCR task's prompts."),
 ]
 
 

@@ -161,8 +161,10 @@ def _reward_components(config: GRPOConfig, built: Collection[str] = ()) -> list[
         default = signature["dtype"].default if "dtype" in signature else "float32"
         dtype = kwargs.get("dtype") or _REWARD_DTYPES.get(name, default)
         params = count_parameters(build_empty(model_config(model)))
+        servable = "server_url" in signature  # the rewards that can score on a server
+        note = "in this process" + (" (serve it to free this)" if servable else "")
         out.append(Component(f"reward {name}: {model}", params, str(dtype), kind="reward",
-                             note="in this process (serve it to free this)"))  # fmt: skip
+                             note=note))  # fmt: skip
     return out
 
 

@@ -4,6 +4,7 @@ the classes the trainer loads, their parameter counts match the published sizes 
 Published sizes: the parameter counts Hugging Face Hub shows for each model's safetensors
 (FLUX.1-dev transformer 11.9 B and VAE 83.8 M, Qwen2.5-VL-7B-Instruct 8.29 B,
 Qwen3-VL-8B-Instruct 8.77 B, Qwen-Image transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
+GOT-OCR 2.0's 561 M (stepfun-ai/GOT-OCR-2.0-hf; its paper rounds to 580 M),
 open_clip's model table for CLIP-ViT-H-14 (986.1 M) and ViT-L-14's text tower (123.65 M,
 with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE for Qwen-Image's
 (127 M), Stable Diffusion 3.5 Large's 8.1 B transformer (its model card) with FLUX.1's VAE shape
@@ -64,6 +65,7 @@ PUBLISHED = {
     ("Qwen/Qwen3-VL-8B-Instruct", None): 8.77e9,
     ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", None): 986.1e6,
     ("yuvalkirstain/PickScore_v1", None): 986.1e6,
+    ("stepfun-ai/GOT-OCR-2.0-hf", None): 561e6,
 }
 
 

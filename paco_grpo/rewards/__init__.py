@@ -22,6 +22,7 @@ name                       reward
 ``pickscore``              PickScore of the grid with its prompt, / 26
 ``clip_i``                 mean pairwise CLIP image similarity of the panels
 ``edit_consistency``       sqrt(SC * PF) of an edit with PaCo-Reward (source first)
+``ocr``                    1 - edit distance of the quoted text and an OCR reading
 ``panel_colour_agreement`` agreement of the panels' mean colours (cheap, for tests)
 =========================  ===========================================================
 
@@ -39,6 +40,7 @@ from paco_grpo.rewards.consistency import (
     EditConsistencyReward,
     load_evaluator,
 )
+from paco_grpo.rewards.ocr import OCRReader, OCRReward
 from paco_grpo.rewards.registry import REWARDS, RewardLoadError, build_reward, build_rewards
 
 __all__ = [
@@ -49,6 +51,8 @@ __all__ = [
     "CLIPTextReward",
     "ConsistencyReward",
     "EditConsistencyReward",
+    "OCRReader",
+    "OCRReward",
     "PanelColourAgreementReward",
     "PickScoreReward",
     "Reward",

@@ -33,10 +33,20 @@ from paco_reward.images import ImageInput, load_image
 
 logger = logging.getLogger("paco_grpo.rewards")
 
-__all__ = ["INPUT_ERRORS", "BaseReward", "Reward", "acall_reward", "check_scores"]
+__all__ = [
+    "INPUT_ERRORS",
+    "MODEL_DTYPES",
+    "BaseReward",
+    "Reward",
+    "acall_reward",
+    "check_scores",
+    "model_dtype",
+]
 
 # The failures of one item's input, which score that item NaN (and nothing else).
 INPUT_ERRORS = (InvalidImageError, LayoutError, PromptError)
+# The dtypes a reward's model runs in, as its ``dtype`` argument names them.
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 # Reasons kept per reward between two reads of :meth:`BaseReward.pop_failure_reasons`.
 MAX_REASONS = 5
 
@@ -57,6 +67,21 @@ def check_scores(name: str, scores: Any, n: int) -> np.ndarray:
     if scores.shape != (n,):
         raise ValueError(f"reward {name!r} returned shape {scores.shape}; expected ({n},).")
     return scores
+
+
+def model_dtype(dtype: str):
+    """The ``torch.dtype`` a reward's ``dtype`` argument names; ``ValueError`` listing the
+    choices (:data:`MODEL_DTYPES`) for any other value.
+
+    Example:
+        >>> model_dtype("bfloat16")
+        torch.bfloat16
+    """
+    import torch
+
+    if dtype not in MODEL_DTYPES:
+        raise ValueError(f"dtype must be one of {MODEL_DTYPES}; got {dtype!r}.")
+    return getattr(torch, dtype)
 
 
 async def acall_reward(reward: Any, images, prompts, metadata) -> np.ndarray:

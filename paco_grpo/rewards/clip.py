@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
+from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels, model_dtype
 from paco_reward.devices import resolve_device
 from paco_reward.errors import PromptError
 from paco_reward.grids import split_panel_prompts
@@ -42,7 +42,6 @@ logger = logging.getLogger("paco_grpo.rewards")
 __all__ = ["CLIPEncoder", "CLIPImageReward", "CLIPTextReward", "PickScoreReward", "LONG_TEXT"]
 
 LONG_TEXT = ("truncate", "split")
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class CLIPEncoder:
@@ -79,7 +78,6 @@ class CLIPEncoder:
         warn_long_text: bool = True,
         owner: str = "clip",
     ) -> None:
-        import torch
         from transformers import CLIPModel, CLIPProcessor
 
         if long_text not in LONG_TEXT:
@@ -87,12 +85,10 @@ class CLIPEncoder:
                 f"long_text must be one of {LONG_TEXT} (truncate to the model's max length, or "
                 f"split into chunks and average); got {long_text!r}."
             )
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}; got {dtype!r}.")
+        self.dtype = model_dtype(dtype)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}.")
         self.device = resolve_device(device)
-        self.dtype = getattr(torch, dtype)
         self.model = CLIPModel.from_pretrained(model_name_or_path, dtype=self.dtype)
         self.model.to(self.device).eval()
         self.processor = CLIPProcessor.from_pretrained(processor_name_or_path or model_name_or_path)

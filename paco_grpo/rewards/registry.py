@@ -3,7 +3,7 @@
 Devices: :func:`build_rewards` takes the process's device (the trainer passes
 ``accelerator.device``, e.g. ``cuda:3`` on rank 3) and gives it to every reward whose
 constructor has a ``device`` parameter (the rewards that hold a model: ``clip_t``,
-``pickscore``, ``clip_i``, ``consistency``, ``edit_consistency``, and any registered class
+``pickscore``, ``clip_i``, ``consistency``, ``edit_consistency``, ``ocr``, and any registered class
 that names ``device``); rewards without a model (``panel_colour_agreement``) are built
 without it. A ``device`` in a reward's own ``reward_kwargs`` wins over the process's (to
 put a large evaluator on a GPU of its own); a bare ``"cuda"`` there still means this
@@ -19,6 +19,7 @@ from paco_grpo.rewards.base import Reward
 from paco_grpo.rewards.clip import CLIPImageReward, CLIPTextReward, PickScoreReward
 from paco_grpo.rewards.colour import PanelColourAgreementReward
 from paco_grpo.rewards.consistency import ConsistencyReward, EditConsistencyReward
+from paco_grpo.rewards.ocr import OCRReward
 from paco_reward.errors import PacoError
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ REWARDS: dict[str, type] = {
     "pickscore": PickScoreReward,
     "clip_i": CLIPImageReward,
     "edit_consistency": EditConsistencyReward,
+    "ocr": OCRReward,
     "panel_colour_agreement": PanelColourAgreementReward,
 }
 """The built-in rewards by recipe name (the keys of a recipe's ``rewards``);

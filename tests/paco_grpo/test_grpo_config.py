@@ -14,6 +14,7 @@ from paco_grpo.cli import (
     TinyEditArguments,
     TinyFlux2Arguments,
     TinyFluxArguments,
+    TinyOCRArguments,
     TinyQwenImageArguments,
     TinySD3Arguments,
     main,
@@ -41,19 +42,21 @@ BUILDERS = {
     "tiny-flux2": (TinyFlux2Arguments, None),
     "tiny-qwen-image": (TinyQwenImageArguments, "qwen_image"),
 }
+# Builders of the tiny reward models a recipe reads with: reward name -> builder command.
+REWARD_BUILDERS = {"tiny-ocr": (TinyOCRArguments, "ocr")}
 
 
-def first_line_commands(recipe: str) -> tuple[list[str] | None, list[str], list[list[str]]]:
-    """From a recipe's comments: the ``paco-grpo tiny-* ...`` command its first line runs
-    before training (or None), the flags of its ``paco-grpo train`` command, and the flag
-    sets of the comment lines that hold only flags (variants of that command)."""
+def first_line_commands(recipe: str) -> tuple[list[list[str]], list[str], list[list[str]]]:
+    """From a recipe's comments: the ``paco-grpo tiny-* ...`` commands its first line runs
+    before training, the flags of its ``paco-grpo train`` command, and the flag sets of the
+    comment lines that hold only flags (variants of that command)."""
     lines = Path(recipe).read_text().splitlines()
     first = lines[0].lstrip("# ").split("(")[0]  # a parenthesis starts a remark
     *before, train = [shlex.split(part) for part in first.split("&&")]
     assert train[:3] == ["paco-grpo", "train", recipe], f"{recipe}: first line runs {train}"
-    build = before[0][1:] if before else None
+    builds = [command[1:] for command in before]
     variants = [shlex.split(line.lstrip("# ")) for line in lines if line.startswith("#   --")]
-    return build, train[3:], variants
+    return builds, train[3:], variants
 
 
 def test_some_recipes_are_runnable_as_shipped():
@@ -63,17 +66,21 @@ def test_some_recipes_are_runnable_as_shipped():
 @pytest.mark.parametrize("recipe", RUNNABLE)
 def test_each_recipe_loads_as_its_first_line_runs_it(recipe):
     """The first line's ``paco-grpo train`` command parses into a config; the tiny
-    pipeline it builds first is the recipe's model, of the recipe's pipeline type; each
-    variant its comments give (flags alone on a line) parses too."""
-    build, flags, variants = first_line_commands(recipe)
+    pipeline it builds first is the recipe's model, of the recipe's pipeline type, and a tiny
+    reward model it builds is the one its reward reads with; each variant its comments give
+    (flags alone on a line) parses too."""
+    builds, flags, variants = first_line_commands(recipe)
     cfg = parse_config(GRPOConfig, [recipe, *flags], recipe=True)
     if not flags:  # the command line loads what the Python loader does
         assert cfg == GRPOConfig.from_yaml(recipe)
-    if build is not None:
-        cls, pipeline = BUILDERS[build[0]]
-        args = parse_config(cls, build[1:])
+    if builds:
+        cls, pipeline = BUILDERS[builds[0][0]]
+        args = parse_config(cls, builds[0][1:])
         assert args.output_dir == cfg.model_name_or_path
         assert (pipeline or args.pipeline) == cfg.pipeline
+    for build in builds[1:]:
+        cls, reward = REWARD_BUILDERS[build[0]]
+        assert parse_config(cls, build[1:]).output_dir == cfg.reward_kwargs[reward]["model"]
     for variant in variants:
         parse_config(GRPOConfig, [recipe, *flags, *variant], recipe=True)
 

@@ -5,7 +5,8 @@ process count (``accelerate launch --config_file``, gloo, ``ACCELERATE_USE_CPU=1
 its batch arithmetic unchanged: prompts per epoch, generations, sampling and training
 batch sizes, accumulation, passes, the steps that are trained. Only the models (tiny, built
 here), the data of the editing recipes (their parquet is the user's), resolutions, rewards
-(cheap ones: the recipe's evaluators would score 4,032 pairs per epoch), precision (fp32:
+(cheap ones: the recipe's evaluators would score 4,032 pairs per epoch; the OCR recipe keeps
+its ``ocr`` reward, read by the tiny GOT-OCR 2.0), precision (fp32:
 bf16 on a CPU only slows this test; ``test_bf16.py`` checks bf16), the text length of the
 tiny encoders, the number of denoising steps around the trained ones and the test set's
 size are overridden. One epoch, then the last checkpoint is resumed in the same processes.
@@ -65,6 +66,7 @@ def models(tmp_path_factory):
     from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
     from paco_grpo.testing.sd3 import build_tiny_sd3
     from paco_reward.testing.clip import build_tiny_clip
+    from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
 
     root = tmp_path_factory.mktemp("launch-models")
     return {
@@ -76,6 +78,7 @@ def models(tmp_path_factory):
         "flux2": build_tiny_flux2(root / "flux2"),
         "flux2_klein": build_tiny_flux2_klein(root / "flux2_klein"),
         "clip": build_tiny_clip(root / "clip"),
+        "ocr": build_tiny_got_ocr2(root / "ocr"),
     }
 
 
@@ -95,12 +98,16 @@ def _overrides(recipe: str, models: dict) -> dict:
     if pipeline == "qwen_image":  # the tiny tokenizer spends ~48 tokens on the prompt template
         out["max_sequence_length"] = 64
     if not get_pipeline_spec(pipeline).edits:  # text-to-image sets
+        rewards, kwargs = {"panel_colour_agreement": 1.0, "clip_t": 1.0}, {}
+        if "ocr" in recipe_cfg.rewards:  # the OCR task keeps its reward, read by the tiny GOT-OCR
+            rewards = {"ocr": 1.0, "clip_t": 1.0}
+            kwargs = {"ocr": {"model": str(models["ocr"]), "dtype": "float32", "max_new_tokens": 2}}
         return {
             **out,
             "train.resolution": 32,
             "test.resolution": 32,
-            "rewards": {"panel_colour_agreement": 1.0, "clip_t": 1.0},
-            "reward_kwargs": {"clip_t": {"model": str(models["clip"])}},
+            "rewards": rewards,
+            "reward_kwargs": {**kwargs, "clip_t": {"model": str(models["clip"])}},
         }
     resolution = 64 if pipeline == "qwen_image_edit" else 32  # the tiny VAEs' multiples
     return {
@@ -168,6 +175,7 @@ def launched(models, tmp_path_factory) -> dict[str, tuple]:
 def test_every_real_size_recipe_names_a_launch():
     assert {Path(r).name for r in GRPO_RECIPES} >= {
         "grpo_flux_t2is.yaml",
+        "grpo_flux_ocr.yaml",
         "grpo_kontext_edit.yaml",
         "grpo_qwen_image_edit.yaml",
         "grpo_sd35_t2is.yaml",

@@ -125,6 +125,22 @@ def test_the_qwen_image_recipe_fits_the_paper_layout_with_the_evaluator_served()
     assert plan.per_process_bytes + 2 * 8.29e9 > 80 * GiB  # PaCo-Reward-7B (bf16) in-process
 
 
+def test_the_ocr_recipe_plans_its_reader_in_every_process():
+    """FLUX.1-dev trained at 256^2 with GOT-OCR 2.0 in each of 8 processes: the reader counted
+    from its shipped architecture (561 M, bfloat16), and the verdict the recipe's comment quotes."""
+    recipe = "recipes/grpo_flux_ocr.yaml"
+    plan = plan_grpo(GRPOConfig.from_yaml(recipe), num_processes=8, gpu_memory_gb=80)
+    parts = {c.name: c for c in plan.components}
+    reader = parts["reward ocr: stepfun-ai/GOT-OCR-2.0-hf"]
+    assert reader.parameters == pytest.approx(561e6, rel=0.01)
+    assert reader.bytes == 2 * reader.parameters and reader.note == "in this process"
+    (activations,) = [c for c in plan.components if c.kind == "activations"]
+    assert activations.name == "activations: 6 x 256^2"
+    assert plan.fits is True
+    verdict = f"{plan.per_process_bytes / GiB:.1f} GiB of"
+    assert f"fits, {verdict}" in open(recipe).read()
+
+
 def _tiny_config(flux_dir, out) -> GRPOConfig:
     return GRPOConfig.from_yaml(
         "recipes/grpo_tiny_cpu.yaml",
