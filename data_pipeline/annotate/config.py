@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
+
+from paco_reward.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +96,14 @@ class AnnotateConfig:
         default="PACO_ANNOTATE_KEY",
         metadata={"help": "Environment variable read for the shared key when key is not given."},
     )
+    request_timeout: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds a client may take to send one whole request (a ranking takes "
+            "milliseconds); a connection whose request has not arrived by then is closed, so "
+            "half-sent requests cannot hold the server's connections."
+        },
+    )
     log_level: str = field(
         default="info",
         metadata={"help": "Server log level: 'debug', 'info', 'warning' or 'error'."},
@@ -117,6 +128,10 @@ class AnnotateConfig:
             raise ValueError(
                 f"the shared key must have at least {MIN_KEY_LENGTH} characters; got "
                 f"{len(self.key)}. Pick a longer one (e.g. `openssl rand -hex 16`)."
+            )
+        if not (math.isfinite(self.request_timeout) and self.request_timeout > 0):
+            raise ConfigError(
+                f"request_timeout must be a positive number of seconds; got {self.request_timeout}."
             )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(
