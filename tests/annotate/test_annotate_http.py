@@ -2,7 +2,8 @@
 a hostile client sends): every refused request gets a 4xx with a message for the page,
 changes nothing stored, and shows no server path; the body limit and the request deadline
 hold whatever the framing; images come only from the work folder's own records; the shared
-key; resuming; progress statistics checked against scipy."""
+key; resuming; annotator names compared canonically; progress statistics checked against
+scipy."""
 
 from __future__ import annotations
 
@@ -161,6 +162,71 @@ def test_annotator_name_with_a_trailing_newline_is_refused(work, client_for):
             AnnotateConfig(work, annotator=name)
     assert snapshot(work) == before
     assert_refused(rank(client, "alice", first, [[3], [2], [1], [0]], 409), 409, "already_ranked", work)  # fmt: skip
+    assert snapshot(work) == before
+
+
+def test_annotator_names_compare_in_their_canonical_form(work, client_for):
+    """'ALICE' and 'alice.' after 'alice' are alice again: one ranking of an instance, one
+    annotator in the progress; a name that only looks alike ('a.lice') is another."""
+    from data_pipeline.annotate.config import canonical_annotator
+
+    client = client_for(work)
+    first, second = read_instances(work)[:2]
+    rank(client, "alice", first, [[0], [1], [2], [3]])
+    before = snapshot(work)
+    for name in ("ALICE", "alice.", "Alice-", "alice_", "aLiCe@"):
+        assert canonical_annotator(name) == "alice"
+        response = rank(client, name, first, [[3], [2], [1], [0]], 409)
+        message = assert_refused(response, 409, "already_ranked", work)
+        assert message.startswith("alice has already ranked")
+        following = client.get("/api/next", params={"annotator": name}).json()["instance"]
+        assert following["instance_id"] == second["instance_id"]
+        assert following["ranked_by_you"] == 1
+    assert snapshot(work) == before
+    # New rankings are stored under the canonical name.
+    assert (
+        rank(client, "ALICE.", second, [[1], [0], [2], [3]]).json()["stored"]["annotator"]
+        == "alice"
+    )
+    rank(client, "a.lice", first, [[3], [2], [1], [0]])
+    progress = client.get("/api/progress").json()
+    assert [(a["annotator"], a["rankings"]) for a in progress["annotators"]] == [
+        ("a.lice", 1),
+        ("alice", 2),
+    ]
+    stored = [
+        json.loads(x)["annotator"] for x in (work / "annotations.jsonl").read_text().splitlines()
+    ]
+    assert stored == ["alice", "alice", "a.lice"]
+
+
+def test_rankings_stored_under_other_forms_of_a_name_are_read_as_one_annotator(work, client_for):
+    """A store written before names compared canonically may hold 'Alice', 'alice.' and even
+    a second ranking of an instance as 'ALICE': read as alice's, first ranking counted, the
+    store left as it is."""
+    instances = read_instances(work)
+    old = [
+        ("Alice", instances[0], [[0], [1], [2], [3]]),
+        ("alice.", instances[1], [[1], [0], [2], [3]]),
+        ("ALICE", instances[0], [[3], [2], [1], [0]]),  # her second ranking of instance 0
+        ("bob", instances[0], [[0], [1], [2], [3]]),
+    ]
+    with open(work / "annotations.jsonl", "w") as handle:
+        for name, instance, ranking in old:
+            record = {"instance_id": instance["instance_id"], "annotator": name,
+                      "ranking": ranking, "time": "2025-01-01T00:00:00.000Z"}  # fmt: skip
+            handle.write(json.dumps(record) + "\n")
+    before = snapshot(work)
+    client = client_for(work)
+    view = client.get("/api/next?annotator=alice").json()["instance"]
+    assert view["instance_id"] == instances[2]["instance_id"] and view["ranked_by_you"] == 2
+    assert_refused(rank(client, "alice", instances[1], [[0], [1], [2], [3]], 409), 409, "already_ranked", work)  # fmt: skip
+    progress = client.get("/api/progress").json()
+    annotators = {a["annotator"]: a for a in progress["annotators"]}
+    assert {name: a["rankings"] for name, a in annotators.items()} == {"alice": 2, "bob": 1}
+    # Her first ranking of instance 0 counts: the same order as bob's.
+    assert annotators["alice"]["agreement_with_others"] == 1.0
+    assert progress["rankings"] == 3 and progress["agreement"]["pairwise_agreement"] == 1.0
     assert snapshot(work) == before
 
 
