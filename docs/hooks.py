@@ -53,6 +53,7 @@ BENCHMARKS = (
     "edit_reward_bench",
     "throughput",
     "server_throughput",
+    "annotate_load",
     "gpu_check",
     "plan_calibration",
     "grpo_step_cost",
