@@ -54,6 +54,7 @@ BENCHMARKS = (
     "throughput",
     "scoring_speed",
     "server_throughput",
+    "annotate_load",
     "gpu_check",
     "plan_calibration",
     "grpo_step_cost",

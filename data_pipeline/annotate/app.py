@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from data_pipeline.annotate.config import AnnotateConfig, is_loopback
 from data_pipeline.annotate.routes import api, pages, public
 from data_pipeline.annotate.store import AnnotateError, AnnotationStore
+from paco_reward.server.limits import BodyLimitMiddleware, request_deadline_protocol
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +41,9 @@ SECURITY_HEADERS = {
 
 
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-# A ranking is a few hundred bytes; a larger body is refused before it is read. With the
-# length known up front (chunked bodies are refused), the server reads no more than this.
+# A ranking is a few hundred bytes. A body declared larger is refused before it is read, and
+# one that turns out larger (chunked, whatever its Content-Length says) once this many bytes
+# have arrived: the server holds no more than this of a request.
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -63,25 +65,13 @@ def _validation_message(err: RequestValidationError) -> str:
     return "Malformed request, nothing was stored (" + "; ".join(parts) + ")."
 
 
-def _body_error(request: Request) -> JSONResponse | None:
-    """A 4xx for a body the app will not read (too large, or of unknown length), else None."""
-    length = request.headers.get("content-length")
-    if length is None:
-        if "transfer-encoding" not in request.headers:
-            return None  # no body
-        return _error(
-            411, "Send the body with a Content-Length header; nothing was stored.", "no_length"
-        )
-    if not (length.isascii() and length.isdigit()):
-        return _error(400, "Malformed Content-Length header; nothing was stored.", "bad_length")
-    if len(length) > 9 or int(length) > MAX_BODY_BYTES:
-        return _error(
-            413,
-            f"The request body is larger than the {MAX_BODY_BYTES} bytes this server accepts "
-            "(a ranking takes a few hundred); nothing was stored.",
-            "too_large",
-        )
-    return None
+def _too_large() -> JSONResponse:
+    return _error(
+        413,
+        f"The request body is larger than the {MAX_BODY_BYTES} bytes this server accepts "
+        "(a ranking takes a few hundred); nothing was stored.",
+        "too_large",
+    )
 
 
 def load_static() -> dict[str, tuple[bytes, str]]:
@@ -132,8 +122,6 @@ def create_app(config: AnnotateConfig, store: AnnotationStore | None = None) -> 
         if loopback_only and host not in LOOPBACK_NAMES:
             logger.warning("refused request for host %r", request.headers.get("host"))
             response = _error(400, "This server answers requests to 127.0.0.1 only.", "bad_host")
-        elif (refused := _body_error(request)) is not None:
-            response = refused
         # JSON only: a form or text/plain POST from another site (no CORS preflight) cannot
         # store a ranking in someone's name.
         elif request.method == "POST" and not request.headers.get("content-type", "").startswith(
@@ -148,6 +136,10 @@ def create_app(config: AnnotateConfig, store: AnnotationStore | None = None) -> 
             response.headers.setdefault(name, value)
         return response
 
+    # Outside the guard (the middleware added last runs first): the body, at most
+    # MAX_BODY_BYTES of it, is read before the app sees the request, and a client gone
+    # half-way through its body ends the request here, with no answer to give.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, too_large=_too_large)
     app.include_router(pages)
     app.include_router(public)
     app.include_router(api)
@@ -156,7 +148,9 @@ def create_app(config: AnnotateConfig, store: AnnotationStore | None = None) -> 
 
 def serve(config: AnnotateConfig) -> None:
     """Run the app with uvicorn until interrupted. Every stored ranking is on disk
-    (fsync'ed) before its answer is sent, so stopping the server at any time loses nothing."""
+    (fsync'ed) before its answer is sent, so stopping the server at any time loses nothing.
+    A connection whose request has not arrived whole ``config.request_timeout`` seconds after
+    it began is closed."""
     import uvicorn
 
     store = AnnotationStore(config.work_dir)
@@ -172,4 +166,5 @@ def serve(config: AnnotateConfig) -> None:
         port=config.port,
         log_level=config.log_level,
         access_log=config.log_level == "debug",
+        http=request_deadline_protocol(config.request_timeout),
     )

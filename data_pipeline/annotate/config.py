@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
+
+from paco_reward.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +25,7 @@ logger = logging.getLogger(__name__)
 # fullmatch: `$` would also accept a trailing newline ("alice\n", a second "alice").
 ANNOTATOR_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 ANNOTATOR_RULE = "1-64 characters: letters, digits and _ . @ -, starting with a letter or digit"
+NOT_LETTER_OR_DIGIT_AT_ENDS = re.compile(r"^[\W_]+|[\W_]+$")
 MIN_KEY_LENGTH = 8
 # Error messages quote what was sent, but only this much of it: a reply never grows with the
 # request.
@@ -44,6 +49,19 @@ def check_annotator(name: str) -> str:
     if not isinstance(name, str) or not ANNOTATOR_PATTERN.fullmatch(name):
         raise ValueError(f"annotator name {shown(name)} is not allowed; use {ANNOTATOR_RULE}.")
     return name
+
+
+def canonical_annotator(name: str) -> str:
+    """The form in which annotator names compare, and new rankings are stored: Unicode NFKC,
+    case-folded, without the characters other than letters and digits at either end. So
+    ``ALICE``, ``alice.`` and ``Alice-`` are one annotator, ``alice``; ``a.lice`` is another.
+    A valid name (:func:`check_annotator`) stays valid.
+
+    >>> canonical_annotator("ALICE."), canonical_annotator("Bo.B-1")
+    ('alice', 'bo.b-1')
+    """
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return NOT_LETTER_OR_DIGIT_AT_ENDS.sub("", folded) or folded
 
 
 def is_loopback(host: str) -> bool:
@@ -93,6 +111,14 @@ class AnnotateConfig:
         default="PACO_ANNOTATE_KEY",
         metadata={"help": "Environment variable read for the shared key when key is not given."},
     )
+    request_timeout: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds a client may take to send one whole request (a ranking takes "
+            "milliseconds); a connection whose request has not arrived by then is closed, so "
+            "half-sent requests cannot hold the server's connections."
+        },
+    )
     log_level: str = field(
         default="info",
         metadata={"help": "Server log level: 'debug', 'info', 'warning' or 'error'."},
@@ -117,6 +143,10 @@ class AnnotateConfig:
             raise ValueError(
                 f"the shared key must have at least {MIN_KEY_LENGTH} characters; got "
                 f"{len(self.key)}. Pick a longer one (e.g. `openssl rand -hex 16`)."
+            )
+        if not (math.isfinite(self.request_timeout) and self.request_timeout > 0):
+            raise ConfigError(
+                f"request_timeout must be a positive number of seconds; got {self.request_timeout}."
             )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(

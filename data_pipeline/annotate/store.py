@@ -7,7 +7,13 @@ fsync'ed before the answer). The pipeline's next stage reads it as it is:
 :func:`data_pipeline.rankings.read_merged` merges new rankings into ``rankings.jsonl`` before
 ``paco-data pairs`` uses them. A file lock makes check-then-append one step, also across
 several servers on the same folder. The store is read once (and again only when another
-process changed it); a submission appends to the file and to the index in memory.
+process changed it); a submission appends to the file and to the index in memory, which
+keeps the progress counts too (:mod:`data_pipeline.annotate.progress`).
+
+Annotator names compare in their canonical form (:func:`~data_pipeline.annotate.config.canonical_annotator`):
+``ALICE`` and ``alice.`` are ``alice``, who ranks each instance once. New rankings are stored
+under the canonical name; rankings stored before under another form of it are read as hers
+(the first of an instance counts), and the store is never rewritten.
 
 Every error is an :class:`AnnotateError` with an HTTP status and a message fit for the page:
 it names the instance or candidate, never a path on the server (details go to the log).
@@ -22,27 +28,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import statistics
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from data_pipeline.annotate.config import shown
+from data_pipeline.annotate.config import canonical_annotator, shown
+from data_pipeline.annotate.progress import ProgressCounts
 from data_pipeline.instances import INSTANCES_FILE
 from data_pipeline.prompts import PROMPTS_FILE
 from data_pipeline.rankings import (
     ANNOTATIONS_FILE,
     annotation_store,
     check_ranking,
-    kendalls_w,
     load_annotations,
     load_rankings,
-    merge_rankings,
     merge_sources,
     normalise_ranking,
-    pairwise_agreement,
 )
 from data_pipeline.storage import DataPipelineError, read_jsonl
 
@@ -119,21 +122,58 @@ def _now() -> str:
 
 
 class RankingIndex:
-    """Rankings, and the instances each annotator ranked: a screen looks one annotator up
-    without scanning every ranking."""
+    """Every ranking of a work folder (the ranking files of the last merge, then the store),
+    the instances each annotator ranked, so a screen looks one annotator up without scanning
+    every ranking, and the progress counts, built on the first progress request and then
+    kept up to date.
 
-    def __init__(self, records: list[dict]) -> None:
-        self.records = records
+    An annotator's second ranking of an instance under another form of the name (``ALICE``
+    after ``alice``, stored before names compared canonically) is kept in ``records`` but
+    not counted.
+
+    Args:
+        instances: the folder's instances by id.
+        external / stored: the records of the ranking files and of the store.
+    """
+
+    def __init__(self, instances: dict[str, dict], external: list[dict], stored: list[dict]):
+        self.instances = instances
+        self.records: list[dict] = []
         self.by_annotator: dict[str, set[str]] = defaultdict(set)
-        for r in records:
-            self.by_annotator[r["annotator"]].add(r["instance_id"])
+        self.counted: list[tuple[str, dict, bool]] = []  # (canonical name, record, in store)
+        self._progress: ProgressCounts | None = None
+        for record in external:
+            self.add(record, stored=False)
+        for record in stored:
+            self.add(record, stored=True)
+        if len(self.counted) < len(self.records):
+            logger.warning(
+                "%d rankings repeat an annotator's ranking of an instance under another form "
+                "of the name (e.g. 'ALICE' after 'alice'); the first of each is counted.",
+                len(self.records) - len(self.counted),
+            )
 
-    def add(self, record: dict) -> None:
+    def add(self, record: dict, stored: bool) -> None:
         self.records.append(record)
-        self.by_annotator[record["annotator"]].add(record["instance_id"])
+        name = canonical_annotator(record["annotator"])
+        ranked = self.by_annotator[name]
+        if record["instance_id"] in ranked:
+            return
+        ranked.add(record["instance_id"])
+        self.counted.append((name, record, stored))
+        if self._progress is not None:
+            self._progress.add(name, record, stored)
 
     def ranked_by(self, annotator: str) -> set[str]:
-        return self.by_annotator.get(annotator, set())
+        """Ids of the instances ``annotator`` (any form of the name) has ranked."""
+        return self.by_annotator.get(canonical_annotator(annotator), set())
+
+    def progress(self) -> ProgressCounts:
+        if self._progress is None:
+            self._progress = ProgressCounts(self.instances)
+            for name, record, stored in self.counted:
+                self._progress.add(name, record, stored)
+        return self._progress
 
 
 class AnnotationStore:
@@ -213,11 +253,11 @@ class AnnotationStore:
         with self._lock:
             return self._cached("prompts", _signature(path), load)
 
-    def _external(self) -> tuple[RankingIndex, list[str], str]:
+    def _external(self) -> tuple[list[dict], tuple]:
         """Rankings from the files of the last ``paco-data rankings`` merge (kept in the merge,
-        never rewritten), their paths and the merge method."""
+        never rewritten), and the signature of those files."""
         try:
-            sources, method = merge_sources(self.work_dir)
+            sources, _ = merge_sources(self.work_dir)
         except DataPipelineError as err:
             logger.error("%s", err)
             raise UnreadableWorkFolderError(
@@ -237,7 +277,7 @@ class AnnotationStore:
                     )
             instances = self.instances()
             try:
-                return RankingIndex([r for p in sources for r in load_rankings(p, instances)])
+                return [r for p in sources for r in load_rankings(p, instances)]
             except DataPipelineError as err:
                 logger.error("%s", err)
                 raise UnreadableWorkFolderError(
@@ -246,36 +286,44 @@ class AnnotationStore:
                 ) from None
 
         with self._lock:
-            return self._cached("external", signature, load), sources, method
+            return self._cached("external", signature, load), signature
 
-    def _stored(self) -> RankingIndex:
-        """The store's index: read from disk on the first call and when another process has
-        changed the file since, else the one :meth:`submit` keeps up to date."""
-        path = self.work_dir / ANNOTATIONS_FILE
+    def _stored(self) -> list[dict]:
+        try:
+            return load_annotations(self.work_dir)
+        except DataPipelineError as err:
+            logger.error("%s", err)
+            raise UnreadableWorkFolderError(
+                f"{ANNOTATIONS_FILE} of this work folder has a malformed record (the server "
+                "log says which); fix or remove that line."
+            ) from None
 
-        def load():
-            try:
-                return RankingIndex(load_annotations(self.work_dir))
-            except DataPipelineError as err:
-                logger.error("%s", err)
-                raise UnreadableWorkFolderError(
-                    f"{ANNOTATIONS_FILE} of this work folder has a malformed record (the server "
-                    "log says which); fix or remove that line."
-                ) from None
-
+    def _index(self) -> RankingIndex:
+        """The folder's ranking index: built on the first call and when a file it comes from
+        has changed since (instances rebuilt, another process appended to the store), else
+        the one :meth:`submit` keeps up to date."""
         with self._lock:
-            return self._cached("stored", _signature(path), load)
+            instances = self.instances()
+            external, external_signature = self._external()
+            signature = (
+                self._cache["instances"][0],  # instances.jsonl as `instances` was read
+                external_signature,
+                _signature(self.work_dir / ANNOTATIONS_FILE),
+            )
+            return self._cached(
+                "index", signature, lambda: RankingIndex(instances, external, self._stored())
+            )
 
     def all_rankings(self) -> list[dict]:
         """Every raw ranking of the folder: ranking files of the last merge, then the store."""
         with self._lock:
-            return self._external()[0].records + self._stored().records
+            return list(self._index().records)
 
     def ranked_by(self, annotator: str) -> set[str]:
-        """Ids of the instances ``annotator`` has ranked (in the store or a ranking file)."""
+        """Ids of the instances ``annotator`` (any form of the name) has ranked, in the store
+        or a ranking file."""
         with self._lock:
-            external, stored = self._external()[0], self._stored()
-            return external.ranked_by(annotator) | stored.ranked_by(annotator)
+            return set(self._index().ranked_by(annotator))
 
     # ------------------------------------------------------------------ panels
     def _panel(self, instance: dict, panel_id: str) -> dict:
@@ -433,8 +481,9 @@ class AnnotationStore:
         ranking: list[list[str]],
         seconds: float | None = None,
     ) -> dict:
-        """Check and store one ranking (candidate ids in tie groups, best first), then
-        nothing else. Nothing is written unless every check passes.
+        """Check and store one ranking (candidate ids in tie groups, best first) under the
+        annotator's canonical name, then nothing else. Nothing is written unless every check
+        passes.
 
         Returns:
             The stored record.
@@ -443,7 +492,8 @@ class AnnotationStore:
             StaleInstanceError: the instance is not (any more) in ``instances.jsonl``.
             InvalidRankingError: unknown, repeated or missing candidates.
             MissingPanelError: the instance has a panel whose image is missing.
-            AlreadyRankedError: ``annotator`` has ranked this instance already.
+            AlreadyRankedError: ``annotator`` (any form of the name) has ranked this
+                instance already.
         """
         with self._exclusive():
             instances = self.instances()
@@ -458,8 +508,9 @@ class AnnotationStore:
             if problems:
                 raise MissingPanelError(problems[0] + " Nothing was stored.")
             # Fresh: while the lock is held no other server appends.
-            stored = self._stored()
-            if instance_id in self.ranked_by(annotator):
+            index = self._index()
+            annotator = canonical_annotator(annotator)
+            if instance_id in index.ranked_by(annotator):
                 raise AlreadyRankedError(
                     f"{annotator} has already ranked instance {instance_id}; nothing was stored."
                 )
@@ -473,76 +524,17 @@ class AnnotationStore:
                 record["seconds"] = round(float(seconds), 2)
             checked = check_ranking(record, "submission", instances)  # what the pipeline accepts
             annotation_store(self.work_dir).append(record)
-            # The file now holds the index's records plus this one: add it, read nothing.
-            stored.add(checked)
-            self._cache["stored"] = (_signature(self.work_dir / ANNOTATIONS_FILE), stored)
+            # The store now holds the index's records plus this one: add it, read nothing.
+            index.add(checked, stored=True)
+            instances_and_external = self._cache["index"][0][:2]
+            store_now = _signature(self.work_dir / ANNOTATIONS_FILE)
+            self._cache["index"] = ((*instances_and_external, store_now), index)
             logger.info("stored %s's ranking of %s: %s", annotator, instance_id, groups)
             return record
 
     # ------------------------------------------------------------------ progress
     def progress(self) -> dict:
-        """Counts per annotator and per category, and agreement (Kendall's W, pairwise)."""
-        instances = self.instances()
-        with self._lock:  # one snapshot, while a submission may be adding to the index
-            stored = list(self._stored().records)
-            raw = self.all_rankings()
-        by_instance: dict[str, dict[str, list[list[int]]]] = defaultdict(dict)
-        for r in raw:
-            by_instance[r["instance_id"]][r["annotator"]] = r["ranking"]
-        _, agreement = merge_rankings(raw, instances) if raw else ([], {})
-
-        annotators = []
-        for name, count in sorted(Counter(r["annotator"] for r in raw).items()):
-            mine = [r for r in stored if r["annotator"] == name]
-            seconds = [r["seconds"] for r in mine if "seconds" in r]
-            agree = total = 0
-            for rankings in by_instance.values():
-                if name in rankings:
-                    for other, ranking in rankings.items():
-                        if other != name:
-                            a, t = pairwise_agreement([rankings[name], ranking])
-                            agree, total = agree + a, total + t
-            annotators.append(
-                {
-                    "annotator": name,
-                    "rankings": count,
-                    "in_store": len(mine),
-                    "last": max((r.get("time", "") for r in mine), default=None) or None,
-                    "median_seconds": statistics.median(seconds) if seconds else None,
-                    "agreement_with_others": agree / total if total else None,
-                    "compared_pairs": total,
-                }
-            )
-
-        categories: dict[str, dict] = {}
-        ws: dict[str, list[float]] = defaultdict(list)
-        for instance_id, inst in instances.items():
-            cat = categories.setdefault(
-                inst.get("category", "uncategorised"),
-                {"instances": 0, "ranked": 0, "rankings": 0, "multi_annotated": 0},
-            )
-            rankings = by_instance.get(instance_id, {})
-            cat["instances"] += 1
-            cat["ranked"] += bool(rankings)
-            cat["rankings"] += len(rankings)
-            if len(rankings) >= 2:
-                cat["multi_annotated"] += 1
-                w = kendalls_w(list(rankings.values()), len(inst["candidates"]))
-                if not math.isnan(w):
-                    ws[inst.get("category", "uncategorised")].append(w)
-        for name, cat in categories.items():
-            cat["kendall_w_mean"] = sum(ws[name]) / len(ws[name]) if ws[name] else None
-        return {
-            "instances": len(instances),
-            "ranked": sum(bool(by_instance.get(i)) for i in instances),
-            "rankings": len(raw),
-            "in_store": len(stored),
-            "annotators": annotators,
-            "categories": [{"category": k, **v} for k, v in sorted(categories.items())],
-            "agreement": {
-                "kendall_w_mean": agreement.get("kendall_w_mean"),
-                "pairwise_agreement": agreement.get("pairwise_agreement"),
-                "pairwise_comparisons": agreement.get("pairwise_comparisons", 0),
-                "instances_multi_annotated": agreement.get("instances_multi_annotated", 0),
-            },
-        }
+        """Counts per annotator and per category, and agreement (Kendall's W, pairwise), from
+        counts kept up to date (:class:`~data_pipeline.annotate.progress.ProgressCounts`)."""
+        with self._lock:
+            return self._index().progress().snapshot()

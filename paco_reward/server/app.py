@@ -36,6 +36,7 @@ from paco_reward.errors import PacoError
 from paco_reward.server.batcher import ServerOverloadedError
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.decode import RequestError
+from paco_reward.server.limits import BodyLimitMiddleware
 from paco_reward.server.routes import ServerState, router
 
 logger = logging.getLogger(__name__)
@@ -84,51 +85,6 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
-class BodyLimitMiddleware:
-    """Pure ASGI middleware: answers 413 once a request body exceeds ``max_bytes`` (by its
-    Content-Length, or while streaming), before the app parses anything."""
-
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = _error(
-            413,
-            f"request body exceeds the server's limit of {self.max_bytes} bytes",
-            "body_too_large",
-        )
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await too_large(scope, receive, send)
-            return
-        chunks, total, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.max_bytes:
-                await too_large(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body, sent = b"".join(chunks), False
-
-        async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
 def create_app(backend, config: ServerConfig) -> FastAPI:
     """Build the server app around an in-process backend.
 
@@ -153,7 +109,15 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     app.state.paco = state
     app.state.batcher = state.batcher
     app.state.config = config
-    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=config.max_body_bytes,
+        too_large=lambda: _error(
+            413,
+            f"request body exceeds the server's limit of {config.max_body_bytes} bytes",
+            "body_too_large",
+        ),
+    )
     app.add_middleware(RequestIdMiddleware)
 
     # ------------------------------------------------------------------ errors

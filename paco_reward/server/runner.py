@@ -45,15 +45,19 @@ def wait_until_healthy(base_url: str, timeout: float = 60.0, process=None) -> No
 
 class ServerThread:
     """Serve an ASGI ``app`` with uvicorn in a daemon thread on ``host:port`` (a free port by
-    default). Use as a context manager; ``base_url`` is the OpenAI API root."""
+    default). Use as a context manager; ``base_url`` is the OpenAI API root. Other keyword
+    arguments go to ``uvicorn.Config`` (e.g. ``http=``, ``timeout_keep_alive=``)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, **uvicorn_config):
         import uvicorn
 
         self.host = host
         self.port = port or free_port(host)
         config = uvicorn.Config(
-            app, host=host, port=self.port, log_level="warning", lifespan="on", access_log=False
+            app,
+            host=host,
+            port=self.port,
+            **{"log_level": "warning", "lifespan": "on", "access_log": False, **uvicorn_config},
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="paco-server", daemon=True)

@@ -1,6 +1,8 @@
-"""The annotation app over HTTP (FastAPI TestClient): every refused request gets a 4xx with a
-message for the page, changes nothing stored, and shows no server path; images come only from
-the work folder's own records; the shared key; resuming; progress statistics checked against
+"""The annotation app over HTTP (FastAPI TestClient, and raw sockets to a real server for what
+a hostile client sends): every refused request gets a 4xx with a message for the page,
+changes nothing stored, and shows no server path; the body limit and the request deadline
+hold whatever the framing; images come only from the work folder's own records; the shared
+key; resuming; annotator names compared canonically; progress statistics checked against
 scipy."""
 
 from __future__ import annotations
@@ -8,10 +10,12 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
+from tests import raw_http
 from tests.annotate.conftest import LOCAL, make_work
 
 
@@ -161,6 +165,71 @@ def test_annotator_name_with_a_trailing_newline_is_refused(work, client_for):
     assert snapshot(work) == before
 
 
+def test_annotator_names_compare_in_their_canonical_form(work, client_for):
+    """'ALICE' and 'alice.' after 'alice' are alice again: one ranking of an instance, one
+    annotator in the progress; a name that only looks alike ('a.lice') is another."""
+    from data_pipeline.annotate.config import canonical_annotator
+
+    client = client_for(work)
+    first, second = read_instances(work)[:2]
+    rank(client, "alice", first, [[0], [1], [2], [3]])
+    before = snapshot(work)
+    for name in ("ALICE", "alice.", "Alice-", "alice_", "aLiCe@"):
+        assert canonical_annotator(name) == "alice"
+        response = rank(client, name, first, [[3], [2], [1], [0]], 409)
+        message = assert_refused(response, 409, "already_ranked", work)
+        assert message.startswith("alice has already ranked")
+        following = client.get("/api/next", params={"annotator": name}).json()["instance"]
+        assert following["instance_id"] == second["instance_id"]
+        assert following["ranked_by_you"] == 1
+    assert snapshot(work) == before
+    # New rankings are stored under the canonical name.
+    assert (
+        rank(client, "ALICE.", second, [[1], [0], [2], [3]]).json()["stored"]["annotator"]
+        == "alice"
+    )
+    rank(client, "a.lice", first, [[3], [2], [1], [0]])
+    progress = client.get("/api/progress").json()
+    assert [(a["annotator"], a["rankings"]) for a in progress["annotators"]] == [
+        ("a.lice", 1),
+        ("alice", 2),
+    ]
+    stored = [
+        json.loads(x)["annotator"] for x in (work / "annotations.jsonl").read_text().splitlines()
+    ]
+    assert stored == ["alice", "alice", "a.lice"]
+
+
+def test_rankings_stored_under_other_forms_of_a_name_are_read_as_one_annotator(work, client_for):
+    """A store written before names compared canonically may hold 'Alice', 'alice.' and even
+    a second ranking of an instance as 'ALICE': read as alice's, first ranking counted, the
+    store left as it is."""
+    instances = read_instances(work)
+    old = [
+        ("Alice", instances[0], [[0], [1], [2], [3]]),
+        ("alice.", instances[1], [[1], [0], [2], [3]]),
+        ("ALICE", instances[0], [[3], [2], [1], [0]]),  # her second ranking of instance 0
+        ("bob", instances[0], [[0], [1], [2], [3]]),
+    ]
+    with open(work / "annotations.jsonl", "w") as handle:
+        for name, instance, ranking in old:
+            record = {"instance_id": instance["instance_id"], "annotator": name,
+                      "ranking": ranking, "time": "2025-01-01T00:00:00.000Z"}  # fmt: skip
+            handle.write(json.dumps(record) + "\n")
+    before = snapshot(work)
+    client = client_for(work)
+    view = client.get("/api/next?annotator=alice").json()["instance"]
+    assert view["instance_id"] == instances[2]["instance_id"] and view["ranked_by_you"] == 2
+    assert_refused(rank(client, "alice", instances[1], [[0], [1], [2], [3]], 409), 409, "already_ranked", work)  # fmt: skip
+    progress = client.get("/api/progress").json()
+    annotators = {a["annotator"]: a for a in progress["annotators"]}
+    assert {name: a["rankings"] for name, a in annotators.items()} == {"alice": 2, "bob": 1}
+    # Her first ranking of instance 0 counts: the same order as bob's.
+    assert annotators["alice"]["agreement_with_others"] == 1.0
+    assert progress["rankings"] == 3 and progress["agreement"]["pairwise_agreement"] == 1.0
+    assert snapshot(work) == before
+
+
 def test_body_size_is_limited(work, client_for):
     from data_pipeline.annotate.app import MAX_BODY_BYTES
 
@@ -174,18 +243,85 @@ def test_body_size_is_limited(work, client_for):
     message = assert_refused(response, 413, "too_large", work)
     assert str(MAX_BODY_BYTES) in message and "nothing was stored" in message
     assert len(response.content) < 1000
-    # Without a length up front (chunked), the body is not read at all.
+    # Without a length up front (chunked), the bytes are counted as they arrive.
+    chunks = iter([huge[i : i + 4096] for i in range(0, len(huge), 4096)])
+    response = client.post("/api/rankings", content=chunks, headers=json_type)
+    assert_refused(response, 413, "too_large", work)
     chunks = iter([b'{"annotator": "alice", ', b'"instance_id": "x"}'])
     response = client.post("/api/rankings", content=chunks, headers=json_type)
-    assert_refused(response, 411, "no_length", work)
+    assert "ranking: Field required" in assert_refused(response, 422, "malformed_request", work)
     response = client.post("/api/rankings", content=b"{}", headers={**json_type, "Content-Length": "1e9"})  # fmt: skip
-    assert_refused(response, 400, "bad_length", work)
+    assert_refused(response, 413, "too_large", work)
     assert snapshot(work) == before
     # The limit is far above any ranking: just under it, the body is read (and checked).
     padded = json.dumps(body).encode().ljust(MAX_BODY_BYTES)
     response = client.post("/api/rankings", content=padded, headers=json_type)
     assert_refused(response, 400, "invalid_ranking", work)
     rank(client, "alice", first, [[0], [1], [2], [3]])
+
+
+def ranking_body(annotator: str, instance: dict, size: int = 0) -> bytes:
+    """A valid ranking as JSON, padded with white space (still valid JSON) to ``size`` bytes."""
+    body = {"annotator": annotator, "instance_id": instance["instance_id"],
+            "ranking": [[i] for i in ids_of(instance)]}  # fmt: skip
+    text = json.dumps(body).encode()
+    return text[:-1] + b" " * max(0, size - len(text)) + b"}"
+
+
+def test_a_chunked_body_behind_a_small_content_length_is_refused(work, annotate_server):
+    """A hostile client on loopback: 16 MiB in chunks, declared as 100 bytes, on a real server
+    (h11 reads the chunks). The bytes received are counted: 413, and nothing is stored."""
+    server = annotate_server(work)
+    first = read_instances(work)[0]
+    framing = {"Content-Type": "application/json", "Transfer-Encoding": "chunked",
+               "Content-Length": "100"}  # fmt: skip
+    before = snapshot(work)
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw_http.head("POST", "/api/rankings", server.port, framing))
+        for chunk in raw_http.chunked(ranking_body("mallory", first, size=16 * 2**20)):
+            sock.sendall(chunk)
+        status, _, payload = raw_http.read_response(sock)
+    assert status == 413, payload[:300]
+    error = json.loads(payload)["error"]
+    assert error["code"] == "too_large" and "nothing was stored" in error["message"]
+    assert snapshot(work) == before
+    # The size is why: the same ranking, small, in the same framing is stored.
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(raw_http.head("POST", "/api/rankings", server.port, framing))
+        for chunk in raw_http.chunked(ranking_body("mallory", first)):
+            sock.sendall(chunk)
+        status, _, payload = raw_http.read_response(sock)
+    assert status == 201, payload
+    assert json.loads(payload)["stored"]["annotator"] == "mallory"
+
+
+def test_half_sent_requests_are_disconnected(work, annotate_server):
+    """A client that sends half a request and stalls, or trickles it, loses its connection
+    after --request_timeout; a request sent in pieces within it is served."""
+    server = annotate_server(work, "--request_timeout", "1")
+    first = read_instances(work)[0]
+    body = ranking_body("alice", first)
+    request = raw_http.head("POST", "/api/rankings", server.port,
+                            {"Content-Type": "application/json",
+                             "Content-Length": str(len(body))}) + body  # fmt: skip
+    before = snapshot(work)
+    for sent, trickle in [
+        (request[:30], b""),  # half a head
+        (request[: len(request) - len(body) // 2], b""),  # the head and half the body
+        (b"", request[:-1]),  # a byte every 50 ms, never the last
+    ]:
+        with raw_http.connect(server.port) as sock:
+            sock.sendall(sent)
+            closed_after = raw_http.seconds_until_closed(sock, limit=15, trickle=trickle)
+        assert closed_after is not None, f"still open after 15 s: {sent[:40]!r}"
+        assert 0.5 < closed_after < 6
+    assert snapshot(work) == before
+    with raw_http.connect(server.port) as sock:
+        sock.sendall(request[:100])
+        time.sleep(0.3)
+        sock.sendall(request[100:])
+        status, _, payload = raw_http.read_response(sock)
+    assert status == 201, payload
 
 
 def test_error_messages_quote_at_most_80_characters_of_the_input(work, client_for):

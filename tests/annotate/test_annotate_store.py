@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from data_pipeline.storage import DataPipelineError
+from paco_reward.errors import ConfigError
 from tests.annotate.conftest import make_work
 
 
@@ -116,6 +117,9 @@ def test_config_checks(tmp_path, caplog):
         AnnotateConfig(tmp_path, key="short")
     with pytest.raises(ValueError, match="log_level"):
         AnnotateConfig(tmp_path, log_level="loud")
+    for seconds in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="request_timeout must be a positive number"):
+            AnnotateConfig(tmp_path, request_timeout=seconds)
     assert AnnotateConfig(tmp_path, annotator="bo.b-1").url() == (
         "http://127.0.0.1:8765/?annotator=bo.b-1"
     )
@@ -141,7 +145,8 @@ def test_cli_options_are_the_config_fields(tmp_path, capsys, monkeypatch):
         main(["annotate", "--help"])
     assert help_.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--annotator", "--host", "--port", "--key", "--key-env", "--log-level"):
+    for option in ("--annotator", "--host", "--port", "--key", "--key-env", "--request-timeout",
+                   "--log-level"):  # fmt: skip
         assert option in text
     assert AnnotateConfig.__dataclass_fields__["host"].metadata["help"][:40] in " ".join(
         text.split()

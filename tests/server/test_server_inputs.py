@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 import struct
 import zlib
@@ -23,6 +24,7 @@ from paco_reward.server.decode import (
     jpeg_dimensions,
     png_dimensions,
 )
+from tests import raw_http
 
 MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conftest.py)
 
@@ -288,6 +290,27 @@ def test_deeply_nested_json_is_a_400_and_the_connection_keeps_serving(strict_ser
         assert "Recursion" not in response.text
         ok = client.post(url, json=chat_body([GOOD, GOOD2]))
         assert ok.status_code == 200
+
+
+def test_a_chunked_body_behind_a_small_content_length_is_a_413(strict_server):
+    """A hostile framing (16 MiB in chunks, declared as 100 bytes): the bytes received are
+    counted (paco_reward.server.limits, shared with paco-data annotate)."""
+    framing = {"Content-Type": "application/json", "Transfer-Encoding": "chunked",
+               "Content-Length": "100"}  # fmt: skip
+    body = json.dumps(chat_body([GOOD, GOOD2])).encode()
+    with raw_http.connect(strict_server.port) as sock:
+        sock.sendall(raw_http.head("POST", "/v1/chat/completions", strict_server.port, framing))
+        for chunk in raw_http.chunked(body[:-1] + b" " * 2**24 + b"}"):
+            sock.sendall(chunk)
+        status, _, payload = raw_http.read_response(sock)
+    assert status == 413
+    assert json.loads(payload)["error"]["code"] == "body_too_large"
+    # The same request, small, in the same framing is scored.
+    with raw_http.connect(strict_server.port) as sock:
+        sock.sendall(raw_http.head("POST", "/v1/chat/completions", strict_server.port, framing))
+        for chunk in raw_http.chunked(body):
+            sock.sendall(chunk)
+        assert raw_http.read_response(sock)[0] == 200
 
 
 def test_internal_errors_are_logged_with_a_request_id_and_answered_without_details(
