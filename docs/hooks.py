@@ -55,6 +55,7 @@ BENCHMARKS = (
     "server_throughput",
     "gpu_check",
     "plan_calibration",
+    "sft_step",
     "grpo_step_cost",
     "grpo_reward_overlap",
     "grpo_kl_cost",
