@@ -37,19 +37,30 @@ between them:
    ``paco_grpo.planning.transformer_activation_bytes`` for the same shapes, LoRA targets and
    transformer calls per step (2 with true CFG, as ``paco-grpo plan`` counts them), and the
    ratio.
+3. **One LoRA SFT step of the evaluator** per recipe of ``--sft_recipe`` (default
+   ``recipes/paco_reward_7b_lora.yaml``; ``recipes/paco_reward_qwen3_vl_8b_lora.yaml`` too)
+   through the trainer's own loop (:mod:`benchmarks.sft_step`): the recipe's architecture
+   with random weights, its LoRA rank and targets, micro-batch, gradient checkpointing and
+   bf16 mixed precision, pairs of two random images filling its pixel budget with an answer
+   of ``paco_reward.training.planning.ANSWER_TOKENS`` tokens, each step one micro-batch and
+   an optimizer step. Reported per recipe: s/step (median and interquartile range of
+   ``--train_steps`` steps after a warm-up step), peak memory, and next to it
+   ``paco_reward.training.planning.plan_sft`` for the same launch (one process, the measured
+   pair's tokens) and the ratio.
 
 Run it on a GPU (minutes of compute per section, plus building the models and, with vLLM,
 saving 16 GB and starting the engine):
 
-    python -m benchmarks.gpu_check --recipe recipes/grpo_flux_t2is.yaml recipes/grpo_sd35_t2is.yaml recipes/grpo_qwen_image_t2is.yaml recipes/grpo_flux2_klein_t2is.yaml --reward_architectures qwen2_5_vl_7b qwen3_vl_8b --json gpu_check.json
+    python -m benchmarks.gpu_check --recipe recipes/grpo_flux_t2is.yaml recipes/grpo_sd35_t2is.yaml recipes/grpo_qwen_image_t2is.yaml recipes/grpo_flux2_klein_t2is.yaml --reward_architectures qwen2_5_vl_7b qwen3_vl_8b --sft_recipe recipes/paco_reward_7b_lora.yaml recipes/paco_reward_qwen3_vl_8b_lora.yaml --json gpu_check.json
 
 ``--scale S`` shrinks every width by ``S`` and the layer counts with it (``--scale 0.0625``:
 the evaluators 2 text and 2 vision layers, FLUX 1 + 2 blocks, SD3.5 2, Qwen-Image 4,
-FLUX.2-klein 1 + 1, LoRA r4) so that the same code runs on a CPU in seconds:
+FLUX.2-klein 1 + 1, LoRA r4; the SFT step's vocabulary, LoRA rank and pixel budget too)
+so that the same code runs on a CPU in seconds:
 ``tests/test_gpu_check.py`` runs it that way under ``make test``. On a CPU the weights are
 float32 (``--dtype bfloat16``: the GPU's arithmetic, the recipe's bf16 autocast included) and
-peak memory is not measured (null in the JSON, n/a in the tables). ``scoring`` and
-``training`` in the JSON are lists, one entry per architecture / recipe. One that fails is
+peak memory is not measured (null in the JSON, n/a in the tables). ``scoring``,
+``training`` and ``sft`` in the JSON are lists, one entry per architecture / recipe. One that fails is
 reported (``error`` in its entry, the traceback on stderr) and the others still run; the
 exit status is then 1.
 """
@@ -91,8 +102,9 @@ from paco_reward.command_line import Command, config_field, run_cli
 
 logger = logging.getLogger(__name__)
 
-# The paper's recipe, from the checkout this module sits in (it is not package data).
+# The paper's recipes, from the checkout this module sits in (they are not package data).
 FLUX_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo_flux_t2is.yaml"
+SFT_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "paco_reward_7b_lora.yaml"
 REWARD_MODEL = "X-GenGroup/PaCo-Reward-7B"
 # --reward_architectures: shipped architecture (paco_reward/architectures/<name>.json) -> the
 # hub id whose shape it is (the evaluator PaCo-Reward-7B; the Qwen3-VL-8B evaluator base).
@@ -121,8 +133,8 @@ _SPECIAL_TOKEN_FIELDS = {
 
 @dataclass
 class GpuCheckArguments:
-    """Real-size evaluator scoring and GRPO steps of the recipes' generators, random weights,
-    one GPU."""
+    """Real-size evaluator scoring, GRPO steps of the recipes' generators and the evaluator's
+    SFT step, random weights, one GPU."""
 
     scale: float = config_field(
         1.0, help="Shrink every width (and the layer counts) by this factor; 1 = real size."
@@ -158,6 +170,10 @@ class GpuCheckArguments:
     reward_architectures: list[str] = config_field(
         lambda: ["qwen2_5_vl_7b"],
         help=f"Evaluator architectures to score with, in turn: {', '.join(REWARD_ARCHITECTURES)}.",
+    )
+    sft_recipe: list[str] = config_field(
+        lambda: [str(SFT_RECIPE)],
+        help="Evaluator SFT recipes whose LoRA step is measured, in turn.",
     )
     vllm: bool = config_field(True, help="Also score with vLLM where it is installed.")
     vllm_gpu_memory_utilization: float = config_field(
@@ -1056,6 +1072,9 @@ def markdown(results: dict[str, Any]) -> str:
                 if "components" not in t["predicted"]:
                     lines.append(f"Prediction for {t['pipeline']}: {t['predicted']['status']}")
             lines.append("")
+    from benchmarks.sft_step import sft_markdown
+
+    lines += sft_markdown(_as_list(results.get("sft")))
     return "\n".join(lines)
 
 
@@ -1081,8 +1100,9 @@ def _environment(device: torch.device) -> dict[str, Any]:
 
 
 def run(args: GpuCheckArguments) -> int:
-    """Score with each evaluator architecture, then train each recipe's step, print the
-    tables (and write the JSON after each measurement); 1 when one failed."""
+    """Score with each evaluator architecture, then train each GRPO and SFT recipe's step,
+    print the tables (and write the JSON after each measurement); 1 when one failed."""
+    from benchmarks.sft_step import measure_sft
     from paco_reward.atomic_io import atomic_write_text
     from paco_reward.devices import resolve_device
 
@@ -1093,10 +1113,12 @@ def run(args: GpuCheckArguments) -> int:
         "resolution": args.resolution,
         "scoring": [],
         "training": [],
+        "sft": [],
     }
     jobs = [("scoring", {"architecture": a}, measure_scoring, a) for a in args.reward_architectures]
     jobs += [("training", {"pipeline": recipe_pipeline(r), "recipe": str(r)}, measure_training, r)
              for r in args.recipe]  # fmt: skip
+    jobs += [("sft", {"recipe": str(r)}, measure_sft, r) for r in args.sft_recipe]
     failed = False
     for section, label, measure, what in jobs:
         try:

@@ -57,6 +57,7 @@ BENCHMARKS = (
     "annotate_load",
     "gpu_check",
     "plan_calibration",
+    "sft_step",
     "grpo_step_cost",
     "grpo_reward_overlap",
     "grpo_kl_cost",

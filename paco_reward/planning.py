@@ -7,10 +7,12 @@ Weights and optimizer states are exact counts. Activations are an estimate,
 :func:`activation_bytes`: the bytes autograd saves for the backward of one micro-batch,
 counted by running the forward on the meta device with attention taken as a fused kernel
 (FlashAttention and PyTorch's CPU kernel save q, k, v, the output and one log-sum-exp per
-row, never the L x L matrix), times a factor for the gradients alive during the backward.
-With gradient checkpointing a block keeps only its inputs and one block at a time is
-recomputed. ``benchmarks/plan_calibration.py`` measures the factor and the remaining error
-against the peak memory of real runs at reduced width.
+row, never the L x L matrix) and, under mixed precision, matrix products taking copies of
+their float32 inputs in the lower precision as autocast does, times a factor for the
+gradients alive during the backward. With gradient checkpointing a block keeps only its
+inputs and one block at a time is recomputed. ``benchmarks/plan_calibration.py`` measures
+the factor and the remaining error against the peak memory of real runs at reduced width;
+``benchmarks/sft_step.py`` measures the saved bytes of the evaluator's SFT step.
 
     >>> plan = Plan("demo", [Component("transformer", 10**9, "bfloat16")], gpu_memory_bytes=4 * 2**30)
     >>> plan.per_process_bytes, plan.fits
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "ActivationEstimate",
@@ -251,20 +254,26 @@ BACKWARD_PEAK_FACTOR = 1.10
 
 @dataclass(frozen=True)
 class ActivationEstimate:
-    """Bytes autograd saves for one backward: without gradient checkpointing (everything
-    saved) and with it (outside the blocks, each block's inputs, one block recomputed)."""
+    """Bytes autograd saves for one backward, at their peak: without gradient checkpointing
+    (everything saved, at the end of the forward) and with it (the larger of what the
+    forward leaves, ``left_by_forward``, and what is alive when the backward recomputes a
+    stack's last block). ``largest_block``: one block's saved tensors."""
 
     saved_without_checkpointing: int
     saved_with_checkpointing: int
+    left_by_forward: int
+    largest_block: int
 
     def bytes(self, gradient_checkpointing: bool) -> int:
-        """The estimated peak: the saved bytes times :data:`BACKWARD_PEAK_FACTOR`."""
-        saved = (
-            self.saved_with_checkpointing
-            if gradient_checkpointing
-            else self.saved_without_checkpointing
-        )
-        return int(saved * BACKWARD_PEAK_FACTOR)
+        """The estimated peak memory, times :data:`BACKWARD_PEAK_FACTOR`: without
+        checkpointing the saved bytes; with it, what the forward leaves plus one block. A
+        block's recompute adds its saved tensors and, while its backward runs, their
+        gradients and its forward's transients: at FLUX's reduced widths
+        (``benchmarks/plan_calibration.py``) the saved bytes' peak times the factor falls
+        18-22 % short of the measured peak, this bound within 4 % of it."""
+        if gradient_checkpointing:
+            return int((self.left_by_forward + self.largest_block) * BACKWARD_PEAK_FACTOR)
+        return int(self.saved_without_checkpointing * BACKWARD_PEAK_FACTOR)
 
 
 class _FusedAttention(torch.autograd.Function):
@@ -295,6 +304,33 @@ def _fused_attention() -> Iterator[None]:
         yield
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
+
+
+class _MixedPrecisionMatmuls(TorchFunctionMode):
+    """What ``torch.autocast`` does to the saved tensors, on the meta device (where autocast
+    has no effect): a matrix product runs in ``dtype``, a float32 operand cast to it first.
+    A float32 LoRA layer under bf16 autocast therefore keeps a bf16 copy of its input for its
+    backward, not the float32 one peft casts it to."""
+
+    # autocast's lower-precision matrix products (the same on CUDA and CPU)
+    OPS = frozenset({
+        torch.nn.functional.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__,
+        torch.mm, torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.addmm, torch.baddbmm,
+    })  # fmt: skip
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.OPS:
+            args = tuple(self._cast(a) for a in args)
+        return func(*args, **(kwargs or {}))
+
+    def _cast(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return value.to(self.dtype)
+        return value
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
@@ -333,17 +369,25 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.ModuleList]:
 
 
 def activation_bytes(
-    model: torch.nn.Module, forward: Callable[[], Any], calls: int = 1
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    calls: int = 1,
+    autocast_dtype: torch.dtype | None = None,
 ) -> ActivationEstimate:
     """Estimate the activations one backward of ``forward()`` keeps; ``calls`` forwards of
     the model before that backward (true CFG calls it twice) keep ``calls`` times as much,
-    but recompute one block at a time.
+    but recompute one block at a time. ``autocast_dtype``: the training step runs under
+    ``torch.autocast`` in that dtype (mixed precision), so its matrix products keep
+    lower-precision copies of float32 inputs (:class:`_MixedPrecisionMatmuls`).
 
     ``model`` lives on the meta device, its trained parameters ``requires_grad``; ``forward``
     runs it on meta inputs. Only the first block of each repeated stack runs (blocks of a
     stack are alike): the count is the saved tensors outside the blocks, plus, per stack,
-    its length times the first block's (without checkpointing) or its length times that
-    block's new inputs and one block's saved tensors (with).
+    its length times the first block's (without checkpointing). With checkpointing a stack
+    keeps each block's input, and the peak is the larger of what the forward leaves and what
+    is alive when the backward recomputes a stack's last block: by then everything saved
+    after that stack (the loss's float32 log-probabilities, for a language model) is freed,
+    and one block's saved tensors are added.
     """
     stacks = repeated_blocks(model)
     # Tensors are told apart by their storage (a view costs nothing new); the storages are
@@ -357,13 +401,20 @@ def activation_bytes(
 
     for p in model.parameters():
         see(p)
-    counts = {"outside": 0}
+    counts: dict[str, int] = {}
     current: list[str] = ["outside"]
+    # Outside the blocks, by how many stacks had run when it was saved: what is saved after
+    # a stack is freed before the backward recomputes that stack's blocks.
+    outside: dict[int, int] = {}
+    finished: list[str] = []  # the stacks, in the order their (first) block ran
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if _storage(t) not in seen:  # weights and what is already counted cost nothing new
             see(t)
-            counts[current[-1]] = counts.get(current[-1], 0) + _nbytes(t)
+            if current[-1] == "outside":
+                outside[len(finished)] = outside.get(len(finished), 0) + _nbytes(t)
+            else:
+                counts[current[-1]] = counts.get(current[-1], 0) + _nbytes(t)
         return t
 
     inputs: dict[str, int] = {}  # a stack's first inputs (hidden states, shared embeddings)
@@ -381,6 +432,8 @@ def activation_bytes(
 
         def post(module, args, kwargs, output, key=key):
             current.pop()
+            if key not in finished:
+                finished.append(key)
             outputs[key] = sum(
                 _nbytes(t) for t in {_storage(t): t for t in _tensors(output)}.values()
             )
@@ -393,7 +446,14 @@ def activation_bytes(
         for stack in stacks:  # one block per stack runs
             while len(stack) > 1:
                 del stack[len(stack) - 1]
-        with _fused_attention(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        precision = (
+            _MixedPrecisionMatmuls(autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+        )
+        with (
+            _fused_attention(),
+            precision,
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+        ):
             forward()
     finally:
         for stack, blocks in zip(stacks, originals, strict=True):
@@ -401,10 +461,21 @@ def activation_bytes(
                 stack.append(block)
         for h in handles:
             h.remove()
-    keys = [f"stack{s}" for s in range(len(stacks))]
-    without = counts["outside"] + sum(n * counts.get(k, 0) for k, n in zip(keys, lengths))
-    kept = counts["outside"] + sum(
-        inputs.get(k, 0) + (n - 1) * outputs.get(k, 0) for k, n in zip(keys, lengths)
+    length = dict(zip([f"stack{s}" for s in range(len(stacks))], lengths))
+    kept = {k: inputs.get(k, 0) + (n - 1) * outputs.get(k, 0) for k, n in length.items()}
+    everything_outside = sum(outside.values())
+    without = everything_outside + sum(n * counts.get(k, 0) for k, n in length.items())
+    forward_leaves = everything_outside + sum(kept.values())
+    recompute = max(
+        (
+            sum(b for ran, b in outside.items() if ran <= i)  # saved before stack i ended
+            + sum(kept[k] for k in finished[: i + 1])
+            + counts.get(key, 0)
+            for i, key in enumerate(finished)
+        ),
+        default=0,
     )
-    block = max(counts.get(k, 0) for k in keys)
-    return ActivationEstimate(calls * without, calls * kept + block)
+    # Earlier calls' graphs are whole while the last one's backward recomputes its blocks.
+    with_checkpointing = (calls - 1) * forward_leaves + max(forward_leaves, recompute)
+    block = max(counts.values(), default=0)
+    return ActivationEstimate(calls * without, with_checkpointing, calls * forward_leaves, block)

@@ -46,6 +46,12 @@ REWARDS = {
 SCORING_FLAGS = ("--min_pairs", "4", "--min_seconds", "1", "--grids", "2", "--panel", "32",
                  "--grpo_batch_size", "4")  # fmt: skip
 STAGES = {"preprocess", "vision", "llm"}
+# SFT recipe -> (evaluator class, shrunk LoRA rank, tokens per image: the pixel budget / 16
+# filled by 336 px images of 28 px tokens)
+SFT_RECIPES = {
+    "recipes/paco_reward_7b_lora.yaml": ("Qwen2_5_VLForConditionalGeneration", 2, 144),
+}
+ANSWER_TOKENS = 256  # the planner's answer length (paco_reward.training.planning)
 GENERATORS = [
     "black-forest-labs/FLUX.1-dev",
     "stabilityai/stable-diffusion-3.5-large",
@@ -71,7 +77,7 @@ def check(tmp_path_factory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("gpu-check") / "gpu_check.json"
     return run_check(out, "--batch_sizes", *map(str, BATCH_SIZES), "--repeats", "2",
                      *SCORING_FLAGS, "--train_steps", "2", "--recipe", *RECIPES,
-                     "--reward_architectures", *REWARDS)  # fmt: skip
+                     "--reward_architectures", *REWARDS, "--sft_recipe", *SFT_RECIPES)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -212,15 +218,48 @@ def test_prediction_next_to_measurement(check):
 
 
 @pytest.mark.slow
+def test_sft_step(check):
+    """The evaluator's LoRA SFT step as the recipe sets it, through the trainer's own loop,
+    timed, next to the planner's figure for the same launch."""
+    results, stdout = check
+    assert [r["recipe"] for r in results["sft"]] == list(SFT_RECIPES)
+    for row in results["sft"]:
+        architecture, rank, image_tokens = SFT_RECIPES[row["recipe"]]
+        assert row["architecture"] == architecture, row.get("error")
+        assert (row["lora_r"], row["lora_alpha"]) == (rank, 2 * rank)  # the recipe's, scaled
+        assert row["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"]  # fmt: skip
+        assert 0 < row["lora_parameters"] < row["parameters"]
+        assert row["batch_size"] == 8 and row["gradient_checkpointing"] is True
+        assert row["image_max_pixels"] == 2_097_152 // 16
+        tokens = row["tokens"]
+        assert tokens["image"] == image_tokens and tokens["answer"] == ANSWER_TOKENS
+        assert tokens["per_pair"] == tokens["prompt"] + 2 * image_tokens + ANSWER_TOKENS
+        assert len(row["step_seconds"]) == 2 and row["seconds_per_step"] > 0
+        q1, q3 = row["seconds_per_step_iqr"]
+        assert min(row["step_seconds"]) <= q1 <= row["seconds_per_step"] <= q3
+        assert len(row["losses"]) == 3 and all(map(math.isfinite, row["losses"]))
+        assert row["lora_changed"] and row["lora_b_max_abs_change"] > 0
+        planned = row["planned"]["components"]
+        assert planned["activations"] > 0 and planned["LoRA parameters"] > 0
+        assert row["planned"]["total_bytes"] == sum(planned.values())
+        assert row["peak_memory_bytes"] is None and row["measured_over_planned"] is None
+    assert "| paco_reward_7b_lora.yaml |" in stdout and "| planned component |" in stdout
+
+
+@pytest.mark.slow
 def test_bf16_as_on_the_gpu(tmp_path):
     """The GPU's arithmetic on the CPU: bf16 weights, the recipe's bf16 autocast."""
     results, _ = run_check(tmp_path / "bf16.json", "--dtype", "bfloat16", "--batch_sizes", "2",
                            "--repeats", "1", "--train_steps", "1", "--no_vllm")  # fmt: skip
-    (scoring,), (training,) = results["scoring"], results["training"]  # the defaults
+    (scoring,), (training,), (sft,) = results["scoring"], results["training"], results["sft"]
     assert scoring["dtype"] == "bfloat16" and all(0 < s < 1 for s in scoring["rows"][0]["scores"])
     assert training["pipeline"] == "flux"
     assert (training["dtype"], training["mixed_precision"]) == ("bfloat16", "bf16")
     assert math.isfinite(training["loss"]) and training["lora_b_max_abs_change"] > 0
+    assert sft["recipe"].endswith("paco_reward_7b_lora.yaml")  # the default
+    assert (sft["dtype"], sft["mixed_precision"]) == ("bfloat16", "bf16")
+    assert sft["lora_changed"] and all(map(math.isfinite, sft["losses"]))
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.5, 0.25, 0.0625, 0.01])

@@ -11,14 +11,22 @@ counted).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from paco_reward.architectures import build_empty, count_parameters, model_config
-from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
+from paco_reward.planning import (
+    ActivationEstimate,
+    Component,
+    GiB,
+    Plan,
+    PlanOptions,
+    activation_bytes,
+)
 from paco_reward.training.sft_config import PacoSFTConfig
 
-__all__ = ["SFTPlanConfig", "plan_sft"]
+__all__ = ["SFTPlanConfig", "SFTShape", "plan_sft", "sft_activation_estimate"]
 
 
 @dataclass
@@ -58,48 +66,126 @@ def pixels_per_token(config: dict) -> int:
     return side * side
 
 
-def _language_model_forward(model, batch: int, image_tokens: int, dtype):
+@dataclass(frozen=True)
+class SFTShape:
+    """The tokens of one training pair: ``images`` images of ``image_tokens`` tokens each, the
+    rendered instruction's ``prompt_tokens`` and the ``answer_tokens`` the loss reads.
+
+    Example:
+        >>> SFTShape(image_tokens=2674).length
+        5796
+    """
+
+    image_tokens: int
+    prompt_tokens: int = PROMPT_TOKENS
+    answer_tokens: int = ANSWER_TOKENS
+    images: int = 2
+
+    @property
+    def length(self) -> int:
+        return self.images * self.image_tokens + self.prompt_tokens + self.answer_tokens
+
+
+def _language_model_forward(model, batch: int, shape: SFTShape, dtype):
     """A training forward of the language model on meta inputs: the image features stand in
     for the frozen vision tower (it saves nothing for the backward), and the loss reads the
-    answer's logits only (``logits_to_keep``, as the trainer does)."""
+    answer's logits only (``logits_to_keep``, as the trainer does). The input embeddings
+    need a gradient, as every block's input but the first does: the one block the estimate
+    runs stands for all of them."""
     config = model.config
     hidden = (
         config.text_config.hidden_size if hasattr(config, "text_config") else config.hidden_size
     )
-    length = 2 * image_tokens + PROMPT_TOKENS + ANSWER_TOKENS
-    embeds = torch.empty(batch, length, hidden, device="meta", dtype=dtype)
+    length, answer = shape.length, shape.answer_tokens
+    embeds = torch.empty(batch, length, hidden, device="meta", dtype=dtype, requires_grad=True)
     positions = torch.zeros(3, batch, length, device="meta", dtype=torch.long)
-    labels = torch.zeros(batch * ANSWER_TOKENS, device="meta", dtype=torch.long)
+    labels = torch.zeros(batch * answer, device="meta", dtype=torch.long)
     language_model = model.get_decoder()
 
     def forward():
         out = language_model(inputs_embeds=embeds, position_ids=positions, use_cache=False)
-        logits = model.lm_head(out.last_hidden_state[:, -ANSWER_TOKENS:]).float()
+        logits = model.lm_head(out.last_hidden_state[:, -answer:]).float()
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels)
 
-    return forward, length
+    return forward
 
 
-def plan_sft(
-    config, *, num_processes: int = 1, gpu_memory_gb: float | None = None, sharded: bool = False
-) -> Plan:
-    """The memory of one process of the SFT recipe ``config`` (a ``PacoSFTConfig``) on
-    ``num_processes`` (``sharded``: ZeRO-2, gradients and optimizer states divided among
-    them, as ``recipes/accelerate/sft_zero2.yaml`` launches), and whether it fits."""
+def mixed_precision_dtype(config) -> torch.dtype | None:
+    """The dtype the trainer's autocast computes in (``bf16`` / ``fp16`` of the config), or
+    ``None`` without mixed precision."""
+    if config.bf16:
+        return torch.bfloat16
+    return torch.float16 if config.fp16 else None
+
+
+def _meta_model(config, architecture: dict[str, Any]):
+    """The recipe's model on the meta device as the trainer trains it (frozen, with its LoRA
+    adapter), and the frozen model's parameter count."""
     from peft import get_peft_model
 
     from paco_reward.training.loading import lora_config
 
-    dtype = config.model_dtype if config.model_dtype != "auto" else "bfloat16"
-    torch_dtype = getattr(torch, dtype)
-    architecture = model_config(config.model_name_or_path)
-    model = build_empty(architecture, torch_dtype)
+    model = build_empty(architecture, getattr(torch, _weights_dtype(config)))
     base = count_parameters(model)
     model.requires_grad_(False)
     lora = lora_config(config, model)
     if lora is not None:
         with torch.device("meta"):
             model = get_peft_model(model, lora)
+    return model, base
+
+
+def _weights_dtype(config) -> str:
+    return config.model_dtype if config.model_dtype != "auto" else "bfloat16"
+
+
+def _max_pixels(config, architecture: dict[str, Any]) -> int:
+    return config.image_max_pixels or DEFAULT_MAX_PIXELS.get(
+        architecture.get("model_type"), DEFAULT_MAX_PIXELS["qwen2_5_vl"]
+    )
+
+
+def _estimate(model, config, architecture: dict[str, Any], shape: SFTShape | None):
+    shape = shape or SFTShape(_max_pixels(config, architecture) // pixels_per_token(architecture))
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward = _language_model_forward(
+        base, config.per_device_train_batch_size, shape, getattr(torch, _weights_dtype(config))
+    )
+    return activation_bytes(model, forward, autocast_dtype=mixed_precision_dtype(config)), shape
+
+
+def sft_activation_estimate(
+    config, *, architecture: dict[str, Any] | None = None, shape: SFTShape | None = None
+) -> ActivationEstimate:
+    """The activation estimate of one micro-batch of the SFT recipe ``config``: what
+    :func:`plan_sft`'s activations are made of (its saved bytes with and without gradient
+    checkpointing are what ``benchmarks/sft_step.py`` measures). ``architecture`` and
+    ``shape`` as in :func:`plan_sft`."""
+    architecture = architecture or model_config(config.model_name_or_path)
+    model, _ = _meta_model(config, architecture)
+    return _estimate(model, config, architecture, shape)[0]
+
+
+def plan_sft(
+    config,
+    *,
+    num_processes: int = 1,
+    gpu_memory_gb: float | None = None,
+    sharded: bool = False,
+    architecture: dict[str, Any] | None = None,
+    shape: SFTShape | None = None,
+) -> Plan:
+    """The memory of one process of the SFT recipe ``config`` (a ``PacoSFTConfig``) on
+    ``num_processes`` (``sharded``: ZeRO-2, gradients and optimizer states divided among
+    them, as ``recipes/accelerate/sft_zero2.yaml`` launches), and whether it fits.
+
+    ``architecture``: the model's config as a dict (default: ``model_name_or_path``'s, a
+    local folder's or the shipped one); ``shape``: the tokens of a pair (default: the
+    recipe's pixel ceiling, :data:`PROMPT_TOKENS` and :data:`ANSWER_TOKENS`)."""
+    dtype = _weights_dtype(config)
+    architecture = architecture or model_config(config.model_name_or_path)
+    model, base = _meta_model(config, architecture)
+    lora = config.use_lora
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad) if lora else base
     share = num_processes if sharded else 1
     name = type(model.get_base_model() if lora else model).__name__
@@ -119,26 +205,21 @@ def plan_sft(
         )  # fmt: skip
         for label, n, div in states
     ]
-    pixels = config.image_max_pixels or DEFAULT_MAX_PIXELS.get(
-        architecture.get("model_type"), DEFAULT_MAX_PIXELS["qwen2_5_vl"]
-    )
-    image_tokens = pixels // pixels_per_token(architecture)
+    pixels = _max_pixels(config, architecture)
+    estimate, shape = _estimate(model, config, architecture, shape)
     batch = config.per_device_train_batch_size
-    forward, length = _language_model_forward(
-        model.get_base_model() if lora else model, batch, image_tokens, torch_dtype
-    )
-    estimate = activation_bytes(model, forward)
     ckpt = bool(config.gradient_checkpointing)
     components.append(
         Component(
-            f"activations: {batch} pairs x {length} tokens",
+            f"activations: {batch} pairs x {shape.length} tokens",
             0,
             dtype,
             bytes=estimate.bytes(ckpt),
             kind="activations",
             note=f"estimate, checkpointing {'on' if ckpt else 'off'} "
-            f"({'off' if ckpt else 'on'}: {estimate.bytes(not ckpt) / GiB:.1f} GiB); two "
-            f"images of {pixels:,} px, {PROMPT_TOKENS} prompt + {ANSWER_TOKENS} answer tokens",
+            f"({'off' if ckpt else 'on'}: {estimate.bytes(not ckpt) / GiB:.1f} GiB); "
+            f"{shape.images} images of {shape.image_tokens} tokens ({pixels:,} px), "
+            f"{shape.prompt_tokens} prompt + {shape.answer_tokens} answer tokens",
         )  # fmt: skip
     )
     memory = int(gpu_memory_gb * GiB) if gpu_memory_gb else None
@@ -150,7 +231,7 @@ def plan_sft(
         facts={
             "processes": num_processes,
             "pairs_per_optimizer_step": pairs,
-            "image_tokens_per_image": image_tokens,
+            "image_tokens_per_image": shape.image_tokens,
             "not_counted": "the frozen vision tower's transient forward memory, CUDA context "
             "and allocator caching (about 1-3 GiB)",
         },

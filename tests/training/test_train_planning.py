@@ -87,3 +87,30 @@ def test_the_qwen3_vl_recipe_adapts_layers_its_real_architecture_has():
     )
     assert parts["LoRA parameters"].parameters == _lora_parameters(text, r=32)
     assert plan.facts["image_tokens_per_image"] == 2_097_152 // (32 * 32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("recipe", "image_tokens"),
+    [("paco_reward_7b_lora.yaml", 144), ("paco_reward_qwen3_vl_8b_lora.yaml", 121)],
+)
+def test_the_trainer_step_saves_what_the_plan_estimates(recipe, image_tokens):
+    """The trainer's own step on a scaled evaluator of the recipe's architecture (two images
+    at its pixel budget scaled down, the planned answer length, its LoRA, bf16 mixed
+    precision): the bytes autograd holds for the backward are the planner's estimate for the
+    same shape within 10 %, without gradient checkpointing and with it
+    (benchmarks/sft_step.py, which prints this table)."""
+    from benchmarks.sft_step import SFTStepArguments, saved_activations
+    from paco_reward.training.planning import ANSWER_TOKENS
+
+    off, on = saved_activations(
+        SFTStepArguments(recipe=str(RECIPES / recipe), scale=0.0625, batch_size=2)
+    )
+    for row in (off, on):
+        assert row["tokens"]["image"] == image_tokens and row["tokens"]["answer"] == ANSWER_TOKENS
+        assert abs(row["error"]) < 0.10, row
+    # what was measured: both decoder layers saved in the step without checkpointing; with
+    # it the backward recomputed each, and the forward had kept a fraction
+    assert {"0", "1"} <= set(off["measured_by_block"])
+    assert set(on["held_at_recompute"]) == {"0", "1"}
+    assert on["measured_bytes"] < off["measured_bytes"] / 2

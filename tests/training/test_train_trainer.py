@@ -281,6 +281,36 @@ def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_model_dir, pairs
     assert _config(tmp_path, tiny_model_dir).activation_checkpointing is False
 
 
+@pytest.mark.parametrize("frozen", [True, False])
+def test_the_vision_tower_is_in_the_backward_only_when_it_trains(
+    tmp_path, tiny_model_dir, pairs, frozen
+):
+    """LoRA with gradient checkpointing: transformers then makes every sub-model's input
+    embeddings require a gradient, the vision tower's patch embedding too. A frozen vision
+    tower (the recipes') runs without autograd, so the backward recomputes none of its
+    blocks; one with LoRA is recomputed and trains."""
+    from paco_reward.modeling import vision_tower
+
+    cfg = _config(tmp_path, tiny_model_dir, gradient_checkpointing=True, max_steps=1,
+                  freeze_vision_tower=frozen)  # fmt: skip
+    trainer = _trainer(cfg, pairs)
+    calls = []  # per call of a vision block's layer: whether a backward ran it
+    for block in vision_tower(trainer.model).blocks:
+        for child in block.children():
+            child.register_forward_pre_hook(
+                lambda m, a: calls.append(torch._C._current_graph_task_id() != -1)
+            )
+    lora_b = {n: p.detach().clone() for n, p in trainer.model.named_parameters()
+              if p.requires_grad and "visual" in n and "lora_B" in n}  # fmt: skip
+    trainer.train()
+    assert calls and not all(calls)  # the forward ran the vision tower
+    assert any(calls) is not frozen
+    changed = [
+        not torch.equal(b, trainer.model.get_parameter(n).detach()) for n, b in lora_b.items()
+    ]
+    assert (len(changed) == 0) if frozen else all(changed)
+
+
 def test_warmup_batches_use_plain_mle_and_answer_first_batches_the_first_token_weight(
     tmp_path, tiny_model_dir, pairs
 ):
