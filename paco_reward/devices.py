@@ -33,6 +33,8 @@ import sys
 
 import torch
 
+from paco_reward.errors import ConfigError, InputError, LaunchError
+
 __all__ = ["default_device", "local_process_index", "resolve_device"]
 
 
@@ -56,7 +58,7 @@ def local_process_index() -> int:
     except ValueError:
         index = -1
     if index < 0:
-        raise ValueError(
+        raise ConfigError(
             f"LOCAL_RANK={value!r} is not a process index (a non-negative integer); unset it "
             "or launch with torchrun / accelerate launch, which set it."
         )
@@ -71,7 +73,7 @@ def _cuda_index() -> int:
         return index
     if count == 1:  # one GPU per process (CUDA_VISIBLE_DEVICES set per process)
         return 0
-    raise RuntimeError(
+    raise LaunchError(
         f"LOCAL_RANK={index} but this process sees only {count} CUDA devices; launch at most "
         f"{count} processes per machine or set CUDA_VISIBLE_DEVICES to the GPUs to use."
     )
@@ -135,7 +137,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         try:
             resolved = torch.device(device)
         except (RuntimeError, TypeError) as err:
-            raise ValueError(
+            raise InputError(
                 f"device={device!r} is not a torch device; use e.g. 'cpu', 'cuda', 'cuda:1', "
                 f"'mps', or None for this process's default ({err})."
             ) from None
