@@ -8,6 +8,7 @@ import torch
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
+from paco_reward.errors import ConfigError
 
 __all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
 
@@ -47,7 +48,7 @@ def check_pipeline(config: GRPOConfig, pipe) -> None:
     """Fail early when a recipe is given a pipeline of another type than its ``pipeline``."""
     expected = get_pipeline_spec(config.pipeline).diffusers_class
     if expected not in {c.__name__ for c in type(pipe).__mro__}:
-        raise ValueError(
+        raise ConfigError(
             f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
             f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
         )
@@ -68,7 +69,7 @@ def add_lora(config: GRPOConfig, pipe):
         for name, _ in transformer.named_modules()
         for t in config.lora_target_modules
     ):
-        raise ValueError(
+        raise ConfigError(
             f"lora_target_modules {config.lora_target_modules} match no module of the transformer."
         )
     torch.manual_seed(config.seed)

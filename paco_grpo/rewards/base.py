@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import LayoutError
+from paco_reward.errors import InputError, LayoutError
 from paco_reward.grids import parse_layout, split_grid
 from paco_reward.images import ImageInput, load_image
 
@@ -42,7 +42,7 @@ def check_scores(name: str, scores: Any, n: int) -> np.ndarray:
     """``scores`` as a float64 array of shape ``(n,)``; raises ``ValueError`` naming the reward."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != (n,):
-        raise ValueError(f"reward {name!r} returned shape {scores.shape}; expected ({n},).")
+        raise InputError(f"reward {name!r} returned shape {scores.shape}; expected ({n},).")
     return scores
 
 
@@ -101,7 +101,7 @@ class BaseReward:
         images, prompts = list(images), list(prompts)
         metadata = [dict(m or {}) for m in metadata] if metadata is not None else [{}] * len(images)
         if not len(images) == len(prompts) == len(metadata):
-            raise ValueError(
+            raise InputError(
                 f"{self.name}: got {len(images)} images, {len(prompts)} prompts and "
                 f"{len(metadata)} metadata dicts; pass one of each per image."
             )

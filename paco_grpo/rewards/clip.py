@@ -30,7 +30,7 @@ import numpy as np
 
 from paco_grpo.rewards.base import BaseReward, grid_panels
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PacoError, PromptError
+from paco_reward.errors import InputError, PacoError, PromptError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -83,14 +83,14 @@ class CLIPEncoder:
         from transformers import CLIPModel, CLIPProcessor
 
         if long_text not in LONG_TEXT:
-            raise ValueError(
+            raise InputError(
                 f"long_text must be one of {LONG_TEXT} (truncate to the model's max length, or "
                 f"split into chunks and average); got {long_text!r}."
             )
         if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}; got {dtype!r}.")
+            raise InputError(f"dtype must be one of {_DTYPES}; got {dtype!r}.")
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}.")
+            raise InputError(f"batch_size must be a positive integer; got {batch_size!r}.")
         self.device = resolve_device(device)
         self.dtype = getattr(torch, dtype)
         self.model = CLIPModel.from_pretrained(model_name_or_path, dtype=self.dtype)
@@ -377,7 +377,7 @@ class PickScoreReward(_CLIPReward):
         **kwargs: Any,
     ) -> None:
         if not isinstance(scale, (int, float)) or scale <= 0:
-            raise ValueError(f"pickscore scale must be a number > 0 (default 26); got {scale!r}.")
+            raise InputError(f"pickscore scale must be a number > 0 (default 26); got {scale!r}.")
         super().__init__(model, processor, device=device, **kwargs)
         self.scale = float(scale)
 

@@ -8,7 +8,7 @@ from itertools import combinations
 import numpy as np
 
 from paco_grpo.rewards.base import BaseReward, grid_layout
-from paco_reward.errors import PacoError
+from paco_reward.errors import LayoutError, PacoError
 from paco_reward.images import ImageInput, load_image
 
 __all__ = ["PanelColourAgreementReward"]
@@ -50,7 +50,7 @@ class PanelColourAgreementReward(BaseReward):
                 array = _to_array(image, f"images[{k}]")
                 h, w = array.shape[0] // rows, array.shape[1] // cols
                 if h == 0 or w == 0:
-                    raise PacoError(f"image {array.shape[:2]} too small for a {rows}x{cols} grid")
+                    raise LayoutError(f"image {array.shape[:2]} too small for a {rows}x{cols} grid")
                 means = [
                     array[r * h : (r + 1) * h, c * w : (c + 1) * w].reshape(-1, 3).mean(0)
                     for r in range(rows)
