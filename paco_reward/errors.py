@@ -33,7 +33,8 @@ class ConfigError(PacoError, ValueError):
 
     Raised by every config dataclass's checks (``GRPOConfig``, ``PacoSFTConfig``,
     ``PairingConfig``, ``LabelRule``, ``ExportConfig``, ``AnnotateConfig``, ...), the recipe
-    and command-line parser, and the constructors a recipe names by key (the rewards).
+    and command-line parser, a recipe's unknown reward names, and a launch variable that is
+    not what launchers set (``LOCAL_RANK``).
     """
 
 
@@ -84,9 +85,8 @@ class YesNoTokenError(PacoError, ValueError):
 class UnsupportedModelError(PacoError, ValueError):
     """A model the library cannot use: no image input (a text-only model), an image processor
     that is not Qwen-VL's dynamic-resolution kind (no patch or merge size, no image
-    placeholder token), a vision tower whose output is not split by image, or a generator
-    pipeline of another type than the recipe's ``pipeline``. The message names what is
-    missing."""
+    placeholder token), or a vision tower whose output is not split by image. The message
+    names what is missing."""
 
 
 class WeightsMismatchError(PacoError, ValueError):

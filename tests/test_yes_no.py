@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from paco_reward.errors import LogprobTokenIdsIgnoredError
+from paco_reward.errors import InputTypeError, LogprobTokenIdsIgnoredError
 from paco_reward.yes_no import (
     YesNoTokens,
     yes_probability,
@@ -44,7 +44,7 @@ def test_tokens_from_tiny_tokenizer(tiny_reward):
 
 
 def test_yes_probability_needs_tokens_or_tokenizer():
-    with pytest.raises(TypeError, match="needs a tokenizer"):
+    with pytest.raises(InputTypeError, match="needs a tokenizer"):
         yes_probability(torch.zeros(3))
 
 

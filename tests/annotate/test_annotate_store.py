@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from data_pipeline.storage import DataPipelineError
+from paco_reward.errors import ConfigError
 from tests.annotate.conftest import make_work
 
 
@@ -108,13 +109,13 @@ def test_old_merge_without_sources_is_not_silently_replaced(tmp_path):
 def test_config_checks(tmp_path, caplog):
     from data_pipeline.annotate import AnnotateConfig
 
-    with pytest.raises(ValueError, match="port"):
+    with pytest.raises(ConfigError, match="port"):
         AnnotateConfig(tmp_path, port=70000)
-    with pytest.raises(ValueError, match="annotator name"):
+    with pytest.raises(ConfigError, match="annotator name"):
         AnnotateConfig(tmp_path, annotator="al ice")
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(ConfigError, match="at least 8"):
         AnnotateConfig(tmp_path, key="short")
-    with pytest.raises(ValueError, match="log_level"):
+    with pytest.raises(ConfigError, match="log_level"):
         AnnotateConfig(tmp_path, log_level="loud")
     assert AnnotateConfig(tmp_path, annotator="bo.b-1").url() == (
         "http://127.0.0.1:8765/?annotator=bo.b-1"
