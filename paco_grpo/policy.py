@@ -9,6 +9,7 @@ import torch
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
 from paco_reward.errors import ConfigError
+from paco_reward.hub import check_source
 
 __all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
 
@@ -34,7 +35,7 @@ def load_pipeline(config: GRPOConfig, device):
 
     name = get_pipeline_spec(config.pipeline).diffusers_class
     pipe = getattr(diffusers, name).from_pretrained(
-        config.model_name_or_path,
+        check_source(config.model_name_or_path, "pipeline"),
         dtype=_DTYPES[config.dtype],
         **config.model_init_kwargs,
     )

@@ -176,7 +176,7 @@ def check_source(path_or_id: str | Path, what: str = "model") -> str:
         >>> check_source("/nope")
         Traceback (most recent call last):
         ...
-        paco_reward.errors.PathNotFoundError: No model folder exists at '/nope', and '/nope' is not a hub id either (a hub id is 'name' or 'org/name', such as 'X-GenGroup/PaCo-Reward-7B'). Give the path of an existing folder, or a hub id.
+        paco_reward.errors.PathNotFoundError: No model folder exists at '/nope', and '/nope' is not a hub id either (hub ids are 'name' or 'org/name'). Give the path of an existing folder, or a hub id.
     """
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -190,8 +190,7 @@ def check_source(path_or_id: str | Path, what: str = "model") -> str:
         where = os.path.abspath(os.path.expanduser(source))
         shown = repr(source) if where == source else f"{source!r} ({where})"
         raise PathNotFoundError(
-            f"No {what} folder exists at {shown}, and {source!r} is not a hub id either (a hub "
-            "id is 'name' or 'org/name', such as 'X-GenGroup/PaCo-Reward-7B'). Give the path "
-            "of an existing folder, or a hub id."
+            f"No {what} folder exists at {shown}, and {source!r} is not a hub id either (hub "
+            "ids are 'name' or 'org/name'). Give the path of an existing folder, or a hub id."
         ) from None
     return source

@@ -41,7 +41,7 @@ from paco_grpo.testing.qwen_image import build_tiny_qwen_image
 from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 from paco_grpo.testing.sd3 import build_tiny_sd3
 from paco_reward.architectures import build_empty
-from paco_reward.errors import ConfigError, InputError
+from paco_reward.errors import ConfigError, InputError, PathNotFoundError
 
 # pipeline -> (tiny builder, tiny CPU recipe)
 TINY = {
@@ -121,6 +121,15 @@ def _closed_form_log_prob(x, v, sigma, sigma_next, a, sigma_max, x_next) -> np.n
     )
     std = std_t * math.sqrt(-dt)
     return norm.logpdf(x_next, loc=mean, scale=std).reshape(len(x), -1).mean(axis=1)
+
+
+def test_a_pipeline_path_that_is_not_there_is_named_not_taken_for_a_hub_id():
+    """A typed error that says what was meant, where diffusers raised a bare ValueError ("is
+    neither a valid local path nor a valid repo id"; for ``/nope``, the hub's "Repo id must
+    use alphanumeric chars")."""
+    cfg = _tiny_config("flux", Path("runs/flux/final"))
+    with pytest.raises(PathNotFoundError, match="No pipeline folder exists at 'runs/flux/final'"):
+        load_pipeline(cfg, "cpu")
 
 
 @pytest.mark.parametrize("name", list(TINY))
