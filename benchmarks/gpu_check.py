@@ -99,6 +99,7 @@ from benchmarks.scoring_rows import (
 )
 from paco_reward.architectures import default_dtype
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -183,18 +184,18 @@ class GpuCheckArguments:
 
     def __post_init__(self) -> None:
         if not 0 < self.scale <= 1:
-            raise ValueError(f"--scale must be in (0, 1]; got {self.scale}.")
+            raise ConfigError(f"--scale must be in (0, 1]; got {self.scale}.")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise ValueError(f"--batch_sizes must be positive integers; got {self.batch_sizes}.")
+            raise ConfigError(f"--batch_sizes must be positive integers; got {self.batch_sizes}.")
         if self.dtype not in (None, "bfloat16", "float32"):
-            raise ValueError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
+            raise ConfigError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
         if min(self.repeats, self.train_steps, self.min_pairs, self.grids, self.panel) < 1:
-            raise ValueError(
+            raise ConfigError(
                 "--repeats, --train_steps, --min_pairs, --grids and --panel must be >= 1."
             )
         unknown = [a for a in self.reward_architectures if a not in REWARD_ARCHITECTURES]
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"--reward_architectures {unknown} unknown; shipped: {list(REWARD_ARCHITECTURES)}."
             )
 
@@ -224,7 +225,7 @@ def _split(sections: Sequence[int], total: int, multiple: int = 1) -> list[int]:
     ]
     last = total - sum(parts)
     if last < multiple:
-        raise ValueError(f"cannot split {total} into {len(sections)} rotary sections.")
+        raise InputError(f"cannot split {total} into {len(sections)} rotary sections.")
     return [*parts, last]
 
 
@@ -671,7 +672,7 @@ def random_text(pipeline: str) -> RandomText:
         "flux2_klein": flux2,
     }
     if pipeline not in known:
-        raise ValueError(
+        raise InputError(
             f"gpu_check trains the text-to-image pipelines {sorted(known)}, not {pipeline!r}."
         )
     return known[pipeline]

@@ -50,6 +50,7 @@ from demo.world_generator import (
     to_tensor,
 )
 from paco_reward.cached_folder import build_once, cache_key
+from paco_reward.errors import InputError
 
 INFO_FILE = "world_editor.json"
 PROCEDURE_VERSION = 1
@@ -353,7 +354,7 @@ def judge_edits(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
         (``{attribute: {"changed", "kept", "success"}}``).
     """
     if len(images) != len(records) or not records:
-        raise ValueError(
+        raise InputError(
             f"judge_edits needs one image per record; got {len(images)} images, "
             f"{len(records)} records."
         )

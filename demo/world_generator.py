@@ -41,6 +41,7 @@ import torch
 from PIL import Image
 
 from paco_reward.cached_folder import build_once, cache_key, read_info
+from paco_reward.errors import PathNotFoundError
 
 INFO_FILE = "world_generator.json"
 # Bump when the training procedure changes, so that cached generators are retrained.
@@ -367,7 +368,7 @@ def read_generator_info(path: str | Path) -> dict:
     """The training record a pretrained generator folder carries."""
     info = read_info(path, INFO_FILE)
     if info is None:
-        raise FileNotFoundError(f"{path} is not a pretrained world generator (no {INFO_FILE}).")
+        raise PathNotFoundError(f"{path} is not a pretrained world generator (no {INFO_FILE}).")
     return info
 
 

@@ -8,6 +8,8 @@ import torch
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
+from paco_reward.errors import ConfigError
+from paco_reward.hub import check_source
 
 __all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
 
@@ -33,7 +35,7 @@ def load_pipeline(config: GRPOConfig, device):
 
     name = get_pipeline_spec(config.pipeline).diffusers_class
     pipe = getattr(diffusers, name).from_pretrained(
-        config.model_name_or_path,
+        check_source(config.model_name_or_path, "pipeline"),
         dtype=_DTYPES[config.dtype],
         **config.model_init_kwargs,
     )
@@ -47,7 +49,7 @@ def check_pipeline(config: GRPOConfig, pipe) -> None:
     """Fail early when a recipe is given a pipeline of another type than its ``pipeline``."""
     expected = get_pipeline_spec(config.pipeline).diffusers_class
     if expected not in {c.__name__ for c in type(pipe).__mro__}:
-        raise ValueError(
+        raise ConfigError(
             f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
             f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
         )
@@ -68,7 +70,7 @@ def add_lora(config: GRPOConfig, pipe):
         for name, _ in transformer.named_modules()
         for t in config.lora_target_modules
     ):
-        raise ValueError(
+        raise ConfigError(
             f"lora_target_modules {config.lora_target_modules} match no module of the transformer."
         )
     torch.manual_seed(config.seed)

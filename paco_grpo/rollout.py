@@ -22,6 +22,7 @@ from paco_grpo.data import PromptItem
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.rewards import Reward
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
+from paco_reward.errors import InputError
 
 __all__ = ["EpochRollout", "Rollout", "derive_seed", "reward_inputs"]
 
@@ -238,7 +239,7 @@ class Rollout:
         while count is not None and len(batches) < count:
             largest = max(range(len(batches)), key=lambda b: len(batches[b]))
             if len(batches[largest]) < 2:
-                raise ValueError(f"cannot split {len(samples)} samples into {count} minibatches.")
+                raise InputError(f"cannot split {len(samples)} samples into {count} minibatches.")
             half = len(batches[largest]) // 2
             batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
         return batches

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from paco_reward.errors import InputError
+
 __all__ = ["FluxSchedule", "flux_schedule", "image_seq_len", "sd3_schedule"]
 
 
@@ -76,7 +78,7 @@ def flux_schedule(
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
     if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1; got {num_steps}.")
+        raise InputError(f"num_steps must be >= 1; got {num_steps}.")
     sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
     if getattr(scheduler.config, "use_flow_sigmas", False):
         sigmas = None
@@ -117,7 +119,7 @@ def sd3_schedule(
     )
 
     if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1; got {num_steps}.")
+        raise InputError(f"num_steps must be >= 1; got {num_steps}.")
     config = scheduler.config
     if not config.get("use_dynamic_shifting", False):
         return _retrieve(scheduler, num_steps, device, None, None)

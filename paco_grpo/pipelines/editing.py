@@ -37,6 +37,7 @@ from paco_grpo.pipelines.sampling import (
 )
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import flux_schedule
+from paco_reward.errors import InputError
 from paco_reward.images import ImageInput, image_hash, load_image
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def area_preserving_size(width: int, height: int, area: int, multiple: int) -> t
         (64, 64)
     """
     if width < 1 or height < 1 or area < 1 or multiple < 1:
-        raise ValueError(
+        raise InputError(
             f"width, height, area and multiple must be >= 1; got {width}, {height}, {area}, "
             f"{multiple}."
         )
@@ -243,7 +244,7 @@ class EditGRPOSampler(GRPOSampler):
         """The velocity at recorded ``latents`` of edits of ``references`` (see
         :meth:`GRPOSampler.transition_velocity`)."""
         if references is None:
-            raise ValueError("an editing sampler re-scores edits: pass the reference images.")
+            raise InputError("an editing sampler re-scores edits: pass the reference images.")
         cond = self.condition(prompts, references, height, width)
         return self.velocity(transformer, latents, timestep, cond, guidance_scale)
 
@@ -289,16 +290,16 @@ class EditGRPOSampler(GRPOSampler):
         transformer = transformer if transformer is not None else self.pipe.transformer
         # 1. Check inputs
         if len(images) != len(prompts):
-            raise ValueError(
+            raise InputError(
                 f"Got {len(prompts)} prompts but {len(images)} reference images; pass one "
                 "reference image per prompt."
             )
         if not prompts:
-            raise ValueError("prompts is empty; pass at least one (prompt, image) pair.")
+            raise InputError("prompts is empty; pass at least one (prompt, image) pair.")
         refs = [load_image(im, f"images[{k}]") for k, im in enumerate(images)]
         sizes = {self.reference_size(im, area) for im in refs}
         if len(sizes) != 1:
-            raise ValueError(
+            raise InputError(
                 f"The references resize to different sizes {sorted(sizes)}; sample references "
                 "of one size (aspect ratio) per call."
             )

@@ -40,6 +40,7 @@ from paco_grpo.pipelines.sampling import (
 )
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import flux_schedule
+from paco_reward.errors import InputError
 
 __all__ = [
     "QwenImageConditioning",
@@ -194,7 +195,7 @@ class QwenImageGRPOSampler(GRPOSampler):
 
     def __init__(self, pipe, max_sequence_length: int = 512, negative_prompt: str = " ") -> None:
         if max_sequence_length > MAX_SEQUENCE_LENGTH:
-            raise ValueError(
+            raise InputError(
                 f"max_sequence_length must be at most {MAX_SEQUENCE_LENGTH} for Qwen-Image; "
                 f"got {max_sequence_length}."
             )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paco_reward.errors import InputError
+
 __all__ = ["PIPELINE_SPECS", "PipelineSpec", "get_pipeline_spec", "register_pipeline"]
 
 
@@ -62,7 +64,7 @@ def register_pipeline(spec: PipelineSpec) -> PipelineSpec:
         ValueError: another spec already holds the name.
     """
     if PIPELINE_SPECS.get(spec.name, spec) is not spec:
-        raise ValueError(
+        raise InputError(
             f"a pipeline named {spec.name!r} is already registered "
             f"({PIPELINE_SPECS[spec.name].sampler.__name__}); pick another name."
         )
@@ -77,7 +79,7 @@ def get_pipeline_spec(name: str) -> PipelineSpec:
         ValueError: an unknown name (the message lists the registered ones).
     """
     if name not in PIPELINE_SPECS:
-        raise ValueError(
+        raise InputError(
             f"Unknown pipeline {name!r}; registered pipelines: {tuple(PIPELINE_SPECS)}."
         )
     return PIPELINE_SPECS[name]

@@ -18,6 +18,7 @@ import torch
 
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.timesteps import FluxSchedule
+from paco_reward.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -131,12 +132,12 @@ def check_sampling_inputs(
         [1, 2]
     """
     if height % multiple or width % multiple:
-        raise ValueError(f"height and width must be multiples of {multiple}; got {height}x{width}.")
+        raise InputError(f"height and width must be multiples of {multiple}; got {height}x{width}.")
     steps = sorted(set(int(s) for s in noise_steps))
     if any(s < 0 or s >= num_steps for s in steps):
-        raise ValueError(f"noise_steps {steps} must lie in [0, {num_steps - 1}].")
+        raise InputError(f"noise_steps {steps} must lie in [0, {num_steps - 1}].")
     if output_type not in ("pt", "latent"):
-        raise ValueError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
+        raise InputError(f"output_type must be 'pt' or 'latent'; got {output_type!r}.")
     return steps
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PromptError, RewardServerError
+from paco_reward.errors import InputError, PromptError, RewardServerError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -84,7 +84,7 @@ def load_evaluator(
         return model
     if server_url is not None:
         if adapter is not None:
-            raise ValueError(
+            raise InputError(
                 f"adapter={adapter!r} cannot be applied to a served model; merge it before serving "
                 "or drop server_url to load it in-process."
             )
@@ -179,7 +179,7 @@ class ConsistencyReward(BaseReward):
     ) -> None:
         super().__init__()
         if template not in CONSISTENCY_TEMPLATES:
-            raise ValueError(
+            raise InputError(
                 f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
                 f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
             )

@@ -32,8 +32,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from paco_reward.errors import PacoError
-from paco_reward.server.batcher import ServerOverloadedError
+from paco_reward.errors import PacoError, ServerOverloadedError
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.decode import RequestError
 from paco_reward.server.limits import BodyLimitMiddleware

@@ -20,7 +20,7 @@ from paco_grpo.pipelines import (
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
 from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
-from paco_reward.errors import PromptError
+from paco_reward.errors import InputError, PromptError
 from paco_reward.images import image_hash
 
 
@@ -57,7 +57,7 @@ def test_area_preserving_size_examples_and_validation():
     assert area_preserving_size(1600, 900, 384 * 384, 16) == (512, 288)
     assert area_preserving_size(1024, 1024, 384 * 384, 16) == (384, 384)
     assert area_preserving_size(4000, 10, 32 * 32, 16) == (640, 16)  # never below one multiple
-    with pytest.raises(ValueError, match="must be >= 1; got 0, 10"):
+    with pytest.raises(InputError, match="must be >= 1; got 0, 10"):
         area_preserving_size(0, 10, 100, 16)
 
 
@@ -178,13 +178,13 @@ def test_edit_sampler_input_validation(kontext):
     _, pipe = kontext
     sampler = KontextGRPOSampler(pipe, max_sequence_length=32)
     square, wide = _image(32, 32), _image(64, 32)
-    with pytest.raises(ValueError, match="Got 2 prompts but 1 reference images"):
+    with pytest.raises(InputError, match="Got 2 prompts but 1 reference images"):
         sampler(["a", "b"], [square], num_steps=2)
-    with pytest.raises(ValueError, match="resize to different sizes"):
+    with pytest.raises(InputError, match="resize to different sizes"):
         sampler(["a", "b"], [square, wide], area=32 * 32, num_steps=2)
-    with pytest.raises(ValueError, match=r"noise_steps \[3\] must lie in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"noise_steps \[3\] must lie in \[0, 1\]"):
         sampler(["a"], [square], num_steps=2, noise_steps=[3])
-    with pytest.raises(ValueError, match="multiples of 16; got 40x32"):
+    with pytest.raises(InputError, match="multiples of 16; got 40x32"):
         sampler(["a"], [square], height=40, num_steps=2)
 
 

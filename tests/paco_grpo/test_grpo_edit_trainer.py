@@ -18,7 +18,7 @@ from paco_grpo.data import load_prompts
 from paco_grpo.grpo_config import QWEN_IMAGE_LORA_TARGETS, GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
-from paco_reward.errors import PromptError
+from paco_reward.errors import ConfigError, PromptError
 from paco_reward.images import image_hash
 
 RECIPE = "recipes/grpo_kontext_tiny_cpu.yaml"
@@ -315,21 +315,21 @@ def test_trainer_rejects_a_pipeline_of_the_wrong_type(kontext_dir, tmp_path):
     from diffusers import FluxKontextPipeline
 
     cfg = _config(kontext_dir, tmp_path, pipeline="qwen_image_edit")
-    with pytest.raises(ValueError, match="needs a diffusers QwenImageEditPipeline; got a Flux"):
+    with pytest.raises(ConfigError, match="needs a diffusers QwenImageEditPipeline; got a Flux"):
         GRPOTrainer(cfg, pipeline=FluxKontextPipeline.from_pretrained(kontext_dir))
 
 
 def test_editing_config_validation():
     base = {"model_name_or_path": "m", "rewards": {"panel_colour_agreement": 1.0}}
-    with pytest.raises(ValueError, match=r"pipeline must be one of \('flux', .*'flux_kontext'"):
+    with pytest.raises(ConfigError, match=r"pipeline must be one of \('flux', .*'flux_kontext'"):
         GRPOConfig.from_dict({**base, "prompt_file": "p.parquet", "pipeline": "kontext"})
-    with pytest.raises(ValueError, match="prompt_file must be \\(prompt, image\\) parquet"):
+    with pytest.raises(ConfigError, match="prompt_file must be \\(prompt, image\\) parquet"):
         GRPOConfig.from_dict({**base, "prompt_file": "p.txt", "pipeline": "flux_kontext"})
-    with pytest.raises(ValueError, match="prompt_file must be .* prompt_format='text'"):
+    with pytest.raises(ConfigError, match="prompt_file must be .* prompt_format='text'"):
         GRPOConfig.from_dict(
             {**base, "prompt_file": "p.parquet", "pipeline": "qwen_image_edit", "prompt_format": "text"}
         )  # fmt: skip
-    with pytest.raises(ValueError, match="test.prompt_file must be"):
+    with pytest.raises(ConfigError, match="test.prompt_file must be"):
         GRPOConfig.from_dict(
             {**base, "prompt_file": "p.parquet", "pipeline": "flux_kontext",
              "test": {"prompt_file": "t.jsonl"}}

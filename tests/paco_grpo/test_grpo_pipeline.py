@@ -12,6 +12,7 @@ from paco_grpo.pipelines import FlowGRPOSampler
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.testing.flux import build_tiny_flux
 from paco_grpo.timesteps import flux_schedule
+from paco_reward.errors import InputError
 
 PROMPTS = ["a red fox in a 2x2 grid", "a blue bird"]
 
@@ -128,11 +129,11 @@ def test_prompt_encodings_are_cached(pipe):
 
 def test_sampler_input_validation(pipe):
     sampler = FlowGRPOSampler(pipe, max_sequence_length=32)
-    with pytest.raises(ValueError, match="multiples of 16; got 60x64"):
+    with pytest.raises(InputError, match="multiples of 16; got 60x64"):
         sampler(["a"], height=60, width=64, num_steps=2)
-    with pytest.raises(ValueError, match=r"noise_steps \[5\] must lie in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"noise_steps \[5\] must lie in \[0, 1\]"):
         sampler(["a"], height=64, width=64, num_steps=2, noise_steps=[5])
-    with pytest.raises(ValueError, match="output_type must be 'pt' or 'latent'"):
+    with pytest.raises(InputError, match="output_type must be 'pt' or 'latent'"):
         sampler(["a"], height=64, width=64, num_steps=2, output_type="pil")
 
 
@@ -233,7 +234,7 @@ def test_sd3_sampler_caches_prompts_and_checks_sizes(sd3_pipe):
     assert len(sampler._cache) == 2
     assert first.prompt_embeds.shape == (3, 77 + 32, 48)  # CLIP-L | CLIP-G padded, then T5
     assert first.pooled_prompt_embeds.shape == (3, 32)
-    with pytest.raises(ValueError, match="multiples of 16; got 56x64"):
+    with pytest.raises(InputError, match="multiples of 16; got 56x64"):
         sampler(["a"], height=56, width=64, num_steps=2)
     spec = get_pipeline_spec("sd3")
     assert (spec.diffusers_class, spec.true_cfg, spec.edits) == (

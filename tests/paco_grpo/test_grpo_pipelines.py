@@ -41,6 +41,7 @@ from paco_grpo.testing.qwen_image import build_tiny_qwen_image
 from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
 from paco_grpo.testing.sd3 import build_tiny_sd3
 from paco_reward.architectures import build_empty
+from paco_reward.errors import ConfigError, InputError, PathNotFoundError
 
 # pipeline -> (tiny builder, tiny CPU recipe)
 TINY = {
@@ -93,14 +94,14 @@ def test_every_registered_pipeline_has_a_tiny_model_and_recipes():
 
 def test_registry_lookups_and_registration_fail_naming_the_names():
     assert get_pipeline_spec("qwen_image").diffusers_class == "QwenImagePipeline"
-    with pytest.raises(ValueError, match=r"Unknown pipeline 'qwen'; registered pipelines: \("):
+    with pytest.raises(InputError, match=r"Unknown pipeline 'qwen'; registered pipelines: \("):
         get_pipeline_spec("qwen")
     taken = PipelineSpec("flux", GRPOSampler, "FluxPipeline")
-    with pytest.raises(ValueError, match="'flux' is already registered"):
+    with pytest.raises(InputError, match="'flux' is already registered"):
         register_pipeline(taken)
     assert register_pipeline(PIPELINE_SPECS["flux"]) is PIPELINE_SPECS["flux"]  # idempotent
     with pytest.raises(
-        ValueError, match=r"pipeline must be one of \('flux', 'flux2', .*'sd3'\); got 'sdxl'"
+        ConfigError, match=r"pipeline must be one of \('flux', 'flux2', .*'sd3'\); got 'sdxl'"
     ):
         GRPOConfig.from_dict(
             {"model_name_or_path": "m", "prompt_file": "p.txt", "pipeline": "sdxl",
@@ -120,6 +121,15 @@ def _closed_form_log_prob(x, v, sigma, sigma_next, a, sigma_max, x_next) -> np.n
     )
     std = std_t * math.sqrt(-dt)
     return norm.logpdf(x_next, loc=mean, scale=std).reshape(len(x), -1).mean(axis=1)
+
+
+def test_a_pipeline_path_that_is_not_there_is_named_not_taken_for_a_hub_id():
+    """A typed error that says what was meant, where diffusers raised a bare ValueError ("is
+    neither a valid local path nor a valid repo id"; for ``/nope``, the hub's "Repo id must
+    use alphanumeric chars")."""
+    cfg = _tiny_config("flux", Path("runs/flux/final"))
+    with pytest.raises(PathNotFoundError, match="No pipeline folder exists at 'runs/flux/final'"):
+        load_pipeline(cfg, "cpu")
 
 
 @pytest.mark.parametrize("name", list(TINY))
@@ -388,10 +398,10 @@ def test_qwen_image_pads_prompts_of_different_lengths_as_diffusers(qwen_image):
 def test_qwen_image_sampler_validates_its_inputs(qwen_image):
     from paco_grpo.pipelines import QwenImageGRPOSampler
 
-    with pytest.raises(ValueError, match="at most 1024 for Qwen-Image; got 2048"):
+    with pytest.raises(InputError, match="at most 1024 for Qwen-Image; got 2048"):
         QwenImageGRPOSampler(qwen_image, max_sequence_length=2048)
     sampler = QwenImageGRPOSampler(qwen_image)
-    with pytest.raises(ValueError, match="multiples of 16; got 40x32"):
+    with pytest.raises(InputError, match="multiples of 16; got 40x32"):
         sampler(["a"], height=40, width=32, num_steps=2)
-    with pytest.raises(ValueError, match=r"noise_steps \[3\] must lie in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"noise_steps \[3\] must lie in \[0, 1\]"):
         sampler(["a"], height=32, width=32, num_steps=2, noise_steps=[3])
