@@ -27,24 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paco_grpo.pipelines.flux2 import FLUX2_SCHEDULER_CONFIG
+
 __all__ = [
-    "FLUX2_SCHEDULER_CONFIG",
     "build_tiny_flux2",
     "build_tiny_flux2_klein",
     "tiny_flux2_components",
 ]
 
-# FLUX.2's scheduler config: dynamic shifting, with ``mu`` from the pipeline's
-# ``compute_empirical_mu`` (the base/max shift entries are not read).
-FLUX2_SCHEDULER_CONFIG = {
-    "base_image_seq_len": 256,
-    "base_shift": 0.5,
-    "max_image_seq_len": 4096,
-    "max_shift": 1.15,
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-    "use_dynamic_shifting": True,
-}
 
 _TEXT_WIDTH = 16
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from paco_grpo.testing.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG, tiny_qwen_image_components
+from paco_grpo.testing.qwen_image import tiny_qwen_image_components
 
-__all__ = ["QWEN_IMAGE_SCHEDULER_CONFIG", "build_tiny_qwen_image_edit"]
+__all__ = ["build_tiny_qwen_image_edit", "tiny_qwen_image_edit_components"]
 
 
 def tiny_qwen_image_edit_components(seed: int = 0, **transformer_overrides: Any) -> dict:
