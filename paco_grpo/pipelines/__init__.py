@@ -10,7 +10,8 @@
 - ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
   ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`);
 - ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
-  :class:`SD3GRPOSampler`).
+  :class:`SD3GRPOSampler`);
+- ``z_image``: Z-Image text-to-image (``ZImagePipeline``, :class:`ZImageGRPOSampler`).
 
 Shared pieces: :mod:`~paco_grpo.pipelines.sampling` (the one sampling loop and the hooks a
 model fills in, :class:`GRPOSampler`; :class:`SampleOutput`; the denoising loop
@@ -23,7 +24,7 @@ To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'sd3']
+    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'sd3', 'z_image']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -50,6 +51,7 @@ from paco_grpo.pipelines.sampling import (
     sde_denoise,
 )
 from paco_grpo.pipelines.sd3 import SD3Conditioning, SD3GRPOSampler
+from paco_grpo.pipelines.z_image import ZImageConditioning, ZImageGRPOSampler
 
 __all__ = [
     "PIPELINE_SPECS",
@@ -67,6 +69,8 @@ __all__ = [
     "SD3Conditioning",
     "SD3GRPOSampler",
     "SampleOutput",
+    "ZImageConditioning",
+    "ZImageGRPOSampler",
     "area_preserving_size",
     "check_sampling_inputs",
     "get_pipeline_spec",

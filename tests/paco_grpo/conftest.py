@@ -102,6 +102,13 @@ TINY = {
         Parity(PROMPTS[:1], (64, 96), 4.5, {"guidance_scale": 4.5, "max_sequence_length": 32},
                {"max_sequence_length": 32}, copies=3),
     ),
+    # CFG (above a guidance of 0) against the empty prompt, as the pipeline's default
+    "z_image": Tiny(
+        "recipes/grpo_zimage_tiny_cpu.yaml",
+        Parity(PROMPTS[:1], (32, 48), 4.0, {"guidance_scale": 4.0, "max_sequence_length": 64},
+               {"max_sequence_length": 64}),
+        max_sequence_length=64,
+    ),
 }  # fmt: skip
 
 

@@ -324,6 +324,7 @@ WRITTEN = {
     "recipes/grpo_qwen_image_edit.yaml": (QWEN_IMAGE_WRITTEN, 60 * 12),
     "recipes/grpo_flux2_t2is.yaml": (FLUX2_WRITTEN, 12 * 8 + 48),
     "recipes/grpo_flux2_klein_t2is.yaml": (FLUX2_WRITTEN, 12 * 5 + 20),
+    "recipes/grpo_zimage_t2is.yaml": (None, 34 * 7),  # new: its default, in all 34 blocks
     "recipes/grpo_sd35_t2is.yaml": (
         "attn.to_q attn.to_k attn.to_v attn.to_out.0 attn.add_q_proj attn.add_k_proj "
         "attn.add_v_proj attn.to_add_out",
