@@ -7,6 +7,8 @@
   :class:`QwenImageGRPOSampler`);
 - ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
   :class:`QwenImageEditGRPOSampler`);
+- ``qwen_image_edit_plus``: Qwen-Image-Edit-2509 / -2511 editing from several references
+  (``QwenImageEditPlusPipeline``, :class:`QwenImageEditPlusGRPOSampler`);
 - ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
   ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`);
 - ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
@@ -24,7 +26,7 @@ To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
 
     >>> from paco_grpo.pipelines import PIPELINE_SPECS
     >>> list(PIPELINE_SPECS)
-    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'sd3', 'z_image']
+    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'qwen_image_edit_plus', 'sd3', 'z_image']
 """
 
 from paco_grpo.pipelines.editing import (
@@ -38,6 +40,7 @@ from paco_grpo.pipelines.flux2 import Flux2Conditioning, Flux2GRPOSampler
 from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
 from paco_grpo.pipelines.qwen_image import QwenImageConditioning, QwenImageGRPOSampler
 from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
+from paco_grpo.pipelines.qwen_image_edit_plus import QwenImageEditPlusGRPOSampler
 from paco_grpo.pipelines.registry import (
     PIPELINE_SPECS,
     PipelineSpec,
@@ -65,6 +68,7 @@ __all__ = [
     "PipelineSpec",
     "QwenImageConditioning",
     "QwenImageEditGRPOSampler",
+    "QwenImageEditPlusGRPOSampler",
     "QwenImageGRPOSampler",
     "SD3Conditioning",
     "SD3GRPOSampler",

@@ -96,6 +96,15 @@ TINY = {
                references=((64, 64),), area=1024 * 1024),
         resolution=64,  # its tiny VAE downsamples 32x
     ),
+    # one prompt (diffusers' limit); references at the VAE size, so that both resize them to
+    # their ~384^2 px condition size from the same pixels
+    "qwen_image_edit_plus": Tiny(
+        "recipes/grpo_qwen_image_edit_plus_tiny_cpu.yaml",
+        Parity(("put the cat of picture 2 on the sofa of picture 1",), (128, 128), 4.0,
+               {"negative_prompt": " ", "true_cfg_scale": 4.0}, {"negative_prompt": " "},
+               references=((1024, 1024), (1024, 1024))),
+        resolution=64,  # its tiny VAE downsamples 32x
+    ),
     # one prompt: SD3's CLIP projections round differently in a batch of other prompts
     "sd3": Tiny(
         "recipes/grpo_sd35_tiny_cpu.yaml",

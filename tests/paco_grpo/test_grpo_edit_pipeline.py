@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from diffusers import FluxKontextPipeline
 from PIL import Image
 
@@ -112,3 +113,35 @@ def test_a_multi_reference_item_keeps_its_references_in_order():
         image_hash(first),
         references_hash([second, first]),
     }
+
+
+def test_references_of_several_sizes_are_run_one_layout_at_a_time(tiny_pipeline_dir):
+    """Qwen-Image-Edit-Plus: a batch whose second references differ in size calls the
+    transformer once per reference layout; each edit's velocity is the one it has alone."""
+    from diffusers import QwenImageEditPlusPipeline
+
+    from paco_grpo.pipelines import QwenImageEditPlusGRPOSampler
+    from paco_grpo.pipelines.qwen_image_edit_plus import ReferenceGroups
+
+    pipe = QwenImageEditPlusPipeline.from_pretrained(tiny_pipeline_dir("qwen_image_edit_plus"))
+    sampler = QwenImageEditPlusGRPOSampler(pipe)
+    prompts = ["put the cat in the room", "put the lamp in the room", "add the hat"]
+    references = [
+        [_image(64, 64, 1), _image(64, 64, 2)],
+        [_image(64, 64, 3), _image(64, 128, 4)],  # a tall second reference
+        [_image(64, 64, 5), _image(64, 64, 6)],
+    ]
+    cond = sampler.condition(prompts, 64, 64, 4.0, references)
+    assert isinstance(cond, ReferenceGroups) and [rows for rows, _ in cond.groups] == [[0, 2], [1]]
+    channels = pipe.transformer.config.in_channels  # one packed token at 64x64 (32x VAE)
+    latents = torch.randn(3, 1, channels, generator=torch.Generator().manual_seed(0))
+    timestep = torch.tensor([900.0, 500.0, 100.0])
+    with torch.no_grad():
+        batch = sampler.transition_velocity(pipe.transformer, latents, timestep, prompts, 64, 64,
+                                            4.0, references)  # fmt: skip
+        for k in range(3):
+            alone = sampler.transition_velocity(
+                pipe.transformer, latents[k : k + 1], timestep[k : k + 1], prompts[k : k + 1],
+                64, 64, 4.0, references[k : k + 1],
+            )  # fmt: skip
+            torch.testing.assert_close(batch[k : k + 1], alone, rtol=1e-5, atol=1e-6)

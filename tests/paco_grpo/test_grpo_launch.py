@@ -91,7 +91,7 @@ def _overrides(recipe: str, models: dict, tiny: dict) -> dict:
         **out,
         **COLOUR,
         "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},
-        "prompt_file": "recipes/data/tiny_edit_prompts.parquet",
+        "prompt_file": GRPOConfig.from_yaml(tiny[pipeline].recipe).prompt_file,  # its toy data
         "train.resolution": resolution,
         "test.resolution": resolution,
     }

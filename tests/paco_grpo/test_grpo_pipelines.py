@@ -322,6 +322,7 @@ WRITTEN = {
     "recipes/grpo_kontext_edit.yaml": (None, 19 * 12 + 38 * 3),
     "recipes/grpo_qwen_image_t2is.yaml": (QWEN_IMAGE_WRITTEN, 60 * 12),
     "recipes/grpo_qwen_image_edit.yaml": (QWEN_IMAGE_WRITTEN, 60 * 12),
+    "recipes/grpo_qwen_image_edit_plus.yaml": (None, 60 * 12),  # new: its default
     "recipes/grpo_flux2_t2is.yaml": (FLUX2_WRITTEN, 12 * 8 + 48),
     "recipes/grpo_flux2_klein_t2is.yaml": (FLUX2_WRITTEN, 12 * 5 + 20),
     "recipes/grpo_zimage_t2is.yaml": (None, 34 * 7),  # new: its default, in all 34 blocks
