@@ -95,7 +95,7 @@ class TrainSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (> 1 enables CFG with negative_prompt)."
+            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (above 1, z_image above 0, CFG runs with negative_prompt)."
         },
     )
 
@@ -206,7 +206,7 @@ class GRPOConfig:
     # ---- model
     model_name_or_path: str = field(
         metadata={
-            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, stabilityai/stable-diffusion-3.5-large)."
+            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit-2509, stabilityai/stable-diffusion-3.5-large, Tongyi-MAI/Z-Image-Turbo)."
         }
     )
     prompt_file: str = field(
@@ -251,7 +251,7 @@ class GRPOConfig:
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1; Qwen-Image's examples use ' ', Flux2KleinPipeline uses '', and step-distilled klein models run no CFG)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1, z_image > 0; Qwen-Image's examples use ' ', Flux2KleinPipeline and ZImagePipeline use '', and step-distilled klein models run no CFG)."
         },
     )
     item_resolution_overrides: bool = field(

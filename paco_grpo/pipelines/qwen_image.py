@@ -1,18 +1,18 @@
 """Qwen-Image text-to-image: Flow-GRPO sampling on diffusers' ``QwenImagePipeline``.
 
-:class:`QwenImageGRPOSampler` reads like ``QwenImagePipeline.__call__`` (check inputs ->
-encode prompt -> prepare latents -> timesteps -> denoising loop -> decode) and reuses the
-pipeline's own ``encode_prompt`` (Qwen2.5-VL), ``prepare_latents`` (2x2 packing),
-scheduler config (the resolution shift ``calculate_shift`` of ``use_dynamic_shifting``) and
-VAE, so with ``noise_level = 0`` it returns what ``QwenImagePipeline`` returns for the same
-seed. ``guidance_scale`` is Qwen-Image's true classifier-free guidance scale
-(``true_cfg_scale``): above 1 each step also runs the transformer on ``negative_prompt``
-and takes ``neg + s * (cond - neg)`` rescaled to the conditional prediction's norm.
+:class:`QwenImageGRPOSampler` fills in the hooks of the one sampling loop
+(:class:`~paco_grpo.pipelines.sampling.GRPOSampler`) with the pipeline's own
+``encode_prompt`` (Qwen2.5-VL), ``prepare_latents`` (2x2 packing), scheduler config (the
+resolution shift ``calculate_shift`` of ``use_dynamic_shifting``) and VAE, so with
+``noise_level = 0`` it returns what ``QwenImagePipeline`` returns for the same seed.
+``guidance_scale`` is Qwen-Image's true classifier-free guidance scale (``true_cfg_scale``):
+above 1 each step also runs the transformer on ``negative_prompt`` and takes
+``neg + s * (cond - neg)`` rescaled to the conditional prediction's norm.
 
-The pieces Qwen-Image-Edit shares (:mod:`paco_grpo.pipelines.qwen_image_edit`) live here
-too: per-text encoder tokens padded into a batch (:func:`pad_prompt_embeds`), the
-transformer call with true CFG (:func:`qwen_image_velocity`) and the decoding
-(:func:`decode_qwen_image`).
+The editing models derive from it (:mod:`paco_grpo.pipelines.qwen_image_edit`,
+:mod:`~paco_grpo.pipelines.qwen_image_edit_plus`) and share its pieces: per-text encoder
+tokens padded into a batch (:func:`pad_prompt_embeds`), the transformer call with true CFG
+(:func:`qwen_image_velocity`) and the decoding (:func:`decode_qwen_image`).
 
     >>> from diffusers import QwenImagePipeline
     >>> pipe = QwenImagePipeline.from_pretrained("Qwen/Qwen-Image")         # doctest: +SKIP

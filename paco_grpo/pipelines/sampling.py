@@ -39,8 +39,8 @@ class SampleOutput:
 
     Attributes:
         images: ``(B, 3, H, W)`` float in [0, 1] (``None`` with ``output_type="latent"``).
-        latents: final packed latents ``(B, seq, C)`` (SD3's are unpacked, ``(B, C, h, w)``;
-            the shapes below follow them).
+        latents: final packed latents ``(B, seq, C)`` (SD3's and Z-Image's are unpacked,
+            ``(B, C, h, w)``; the shapes below follow them).
         noise_latents: ``(B, S, seq, C)`` latents entering each of the ``S`` noise steps.
         noise_next_latents: ``(B, S, seq, C)`` latents the SDE produced at those steps.
         log_probs: ``(B, S)`` behaviour-policy log-probabilities of those transitions.

@@ -26,37 +26,26 @@ from paco_grpo.pipelines.z_image import Z_IMAGE_TURBO_SCHEDULER_CONFIG
 
 __all__ = ["build_tiny_z_image", "tiny_z_image_components"]
 
-_TEXT_WIDTH = 16
-
 
 def tiny_z_image_components(seed: int = 0, **transformer_overrides: Any) -> dict:
     """The components of a tiny ``ZImagePipeline`` (its keyword arguments);
     ``transformer_overrides`` update the ``ZImageTransformer2DModel`` config."""
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, ZImageTransformer2DModel
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from paco_grpo.testing.flux import tiny_flux_vae
-    from paco_grpo.testing.flux2 import QWEN3_CHAT_TEMPLATE
+    from paco_grpo.testing.flux2 import (
+        QWEN3_CHAT_TEMPLATE,
+        TINY_TEXT_WIDTH,
+        tiny_qwen3_text_encoder,
+    )
     from paco_reward.testing.qwen import build_tiny_tokenizer
 
     torch.manual_seed(seed)
     tokenizer = build_tiny_tokenizer()
     tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
-    text_encoder = Qwen3ForCausalLM(
-        Qwen3Config(
-            vocab_size=len(tokenizer),
-            hidden_size=_TEXT_WIDTH,
-            intermediate_size=24,
-            num_hidden_layers=2,  # the pipeline reads the second-to-last hidden state
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-            max_position_embeddings=1024,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    )
+    # the pipeline reads the second-to-last hidden state
+    text_encoder = tiny_qwen3_text_encoder(tokenizer, num_hidden_layers=2)
     latent_channels = 4
     config = {
         "all_patch_size": (2,),
@@ -67,7 +56,7 @@ def tiny_z_image_components(seed: int = 0, **transformer_overrides: Any) -> dict
         "n_refiner_layers": 1,
         "n_heads": 2,
         "n_kv_heads": 2,
-        "cap_feat_dim": _TEXT_WIDTH,
+        "cap_feat_dim": TINY_TEXT_WIDTH,
         "axes_dims": (4, 6, 6),  # they sum to the head size, dim / n_heads
         "axes_lens": (1024, 64, 64),
     }

@@ -362,3 +362,36 @@ def test_one_epoch_with_cps_sampling_updates_the_lora(flux_dir, tmp_path, cps_lo
     assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/policy_loss"])
     changed = [not torch.equal(a, b) for a, b in zip(before, trainer.params)]
     assert all(changed), f"{changed.count(False)} of {len(changed)} LoRA tensors never moved"
+
+
+def test_the_policy_alone_runs_without_cudnn_attention():
+    """On a GPU ``add_lora`` wraps the policy's transformer: its calls and, with gradient
+    checkpointing, the forward its backward recomputes run without PyTorch's cuDNN attention
+    (whose backward fails at FLUX.1-dev's size); the flag is back outside them, for the rest
+    of the process (an in-process evaluator), an error inside included."""
+    from paco_grpo.policy import without_cudnn_attention
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self, fail: bool = False):
+            super().__init__()
+            self.linear, self.fail = torch.nn.Linear(2, 2), fail
+
+        def forward(self, x):
+            seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+            if self.fail:
+                raise RuntimeError("inside")
+            return self.linear(x)
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    x = torch.ones(1, 2, requires_grad=True)
+    without_cudnn_attention(Probe())(x)
+    assert seen == [False] and torch.backends.cuda.cudnn_sdp_enabled()
+    out = without_cudnn_attention.checkpoint(Probe(), x)
+    seen.clear()
+    out.sum().backward()  # the recomputation
+    assert seen == [False] and torch.backends.cuda.cudnn_sdp_enabled()
+    with pytest.raises(RuntimeError, match="inside"):
+        without_cudnn_attention(Probe(fail=True))(x)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
