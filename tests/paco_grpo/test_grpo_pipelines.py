@@ -33,7 +33,7 @@ from paco_grpo.pipelines import (
     get_pipeline_spec,
     register_pipeline,
 )
-from paco_grpo.policy import build_sampler, edit_items, load_pipeline
+from paco_grpo.policy import build_sampler, edit_items
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_reward.architectures import build_empty
 
@@ -147,8 +147,7 @@ def _sample_as_the_trainer(name, tiny, model_dir, noise_level, steps, scheduler=
     """Two prompts of the tiny recipe sampled as the trainer samples them (its train section),
     with the recorded steps re-scored through ``transition_velocity``: ``(out, velocities)``."""
     cfg = _config(tiny, name, model_dir, **extra)
-    pipe = load_pipeline(cfg, "cpu")
-    pipe.set_progress_bar_config(disable=True)
+    pipe = _pipeline(model_dir, name)  # as load_pipeline(cfg) loads it (float32), once
     sampler = build_sampler(cfg, pipe)
     assert type(sampler) is get_pipeline_spec(name).sampler
     items = load_prompts(cfg.prompt_file, cfg.prompt_format, cfg.layout)
@@ -395,3 +394,32 @@ def test_flux_schedule_equals_the_flux_pipelines_at_two_resolutions(tiny_pipelin
         ours = flux_schedule(pipe.scheduler, 5, (size // 16) ** 2)
         assert torch.equal(ours.timesteps, pipe.scheduler.timesteps)
         assert torch.equal(ours.sigmas, pipe.scheduler.sigmas)
+
+
+def test_qwen_image_pads_prompts_of_different_lengths_as_diffusers(tiny_pipeline_dir):
+    """Prompts of different lengths are encoded one at a time (cached), then padded with a
+    mask: given those encodings, diffusers samples the same images, masks included."""
+    pipe = _pipeline(tiny_pipeline_dir("qwen_image"), "qwen_image")
+    sampler = get_pipeline_spec("qwen_image").sampler(pipe, max_sequence_length=64)
+    prompts = ["a red fox in a 2x2 grid", "a bird"]
+    cond = sampler.condition(prompts, 32, 32, 3.0)
+    assert cond.mask is not None and cond.mask.sum(1).tolist()[0] > cond.mask.sum(1).tolist()[1]
+    assert cond.negative_mask is None and cond.prompt_embeds.shape[1] <= 64
+    expected = pipe(
+        prompt_embeds=cond.prompt_embeds,
+        prompt_embeds_mask=cond.mask,
+        negative_prompt_embeds=cond.negative_prompt_embeds,
+        negative_prompt_embeds_mask=torch.ones(cond.negative_prompt_embeds.shape[:2]).long(),
+        true_cfg_scale=3.0,
+        height=32,
+        width=32,
+        num_inference_steps=3,
+        generator=torch.Generator().manual_seed(1),
+        output_type="pt",
+    ).images
+    ours = sampler(prompts, height=32, width=32, num_steps=3, guidance_scale=3.0,
+                   noise_level=0.0, noise_steps=[], generator=torch.Generator().manual_seed(1))  # fmt: skip
+    assert torch.equal(ours.images, expected)
+    assert len(sampler._text_cache) == 3  # two prompts and the negative one
+    with pytest.raises(ValueError, match="at most 1024 for Qwen-Image; got 2048"):
+        get_pipeline_spec("qwen_image").sampler(pipe, max_sequence_length=2048)
