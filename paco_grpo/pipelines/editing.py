@@ -164,10 +164,11 @@ class EditGRPOSampler(GRPOSampler):
         for k, item in enumerate(images):
             refs = list(item) if isinstance(item, (list, tuple)) else [item]
             if not refs or (self.max_references is not None and len(refs) > self.max_references):
-                limit = "any number of" if self.max_references is None else self.max_references
+                most = self.max_references
+                allowed = "one or more" if most is None else "one" if most == 1 else f"1 to {most}"
                 raise ValueError(
-                    f"images[{k}] holds {len(refs)} references; {type(self).__name__} edits "
-                    f"with 1 to {limit} references per prompt."
+                    f"images[{k}] holds {len(refs)} reference images; {type(self).__name__} "
+                    f"edits from {allowed} per prompt."
                 )
             references.append([load_image(im, f"images[{k}]") for im in refs])
         return references

@@ -206,10 +206,10 @@ class GRPOSampler:
         else is in the batch, and a resumed run must encode a prompt exactly as the
         uninterrupted run did."""
         device = device or self.pipe._execution_device
-        seen = references if self.text_sees_references else None
-        refs = seen if seen is not None else [None] * len(prompts)
-        keys = [_text_key(p, r) for p, r in zip(prompts, refs)]
-        for key, prompt, ref in zip(keys, prompts, refs):
+        if references is None or not self.text_sees_references:
+            references = [None] * len(prompts)
+        keys = [_text_key(p, r) for p, r in zip(prompts, references)]
+        for key, prompt, ref in zip(keys, prompts, references):
             if key not in self._text_cache:
                 self._text_cache[key] = self.encode_text(prompt, device, ref)
         return [self._text_cache[key] for key in keys]

@@ -89,8 +89,8 @@ def test_edit_sampler_input_validation(kontext):
         sampler(["a"], [square], num_steps=2, noise_steps=[3])
     with pytest.raises(ValueError, match="multiples of 16; got 40x32"):
         sampler(["a"], [square], height=40, num_steps=2)
-    with pytest.raises(ValueError, match=r"images\[0\] holds 2 references; KontextGRPOSampler "
-                       "edits with 1 to 1 references"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"images\[0\] holds 2 reference images; "
+                       "KontextGRPOSampler edits from one per prompt"):  # fmt: skip
         sampler(["a"], [[square, square]], num_steps=2)
     with pytest.raises(ValueError, match="KontextGRPOSampler edits reference images"):
         sampler(["a"], num_steps=2)
