@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
+
+from paco_reward.launch import is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +45,6 @@ def check_annotator(name: str) -> str:
     if not isinstance(name, str) or not ANNOTATOR_PATTERN.fullmatch(name):
         raise ValueError(f"annotator name {shown(name)} is not allowed; use {ANNOTATOR_RULE}.")
     return name
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

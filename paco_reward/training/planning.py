@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from paco_reward.architectures import build_empty, count_parameters, model_config
-from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
+from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes, node_facts
 from paco_reward.training.sft_config import PacoSFTConfig
 
 __all__ = ["SFTPlanConfig", "plan_sft"]
@@ -32,7 +32,7 @@ class SFTPlanConfig(PacoSFTConfig, PlanOptions):
         super().__post_init__()
 
     def plan(self) -> Plan:
-        return plan_sft(self, num_processes=self.num_processes,
+        return plan_sft(self, num_processes=self.num_processes, num_machines=self.num_machines,
                         gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
 
 
@@ -81,14 +81,22 @@ def _language_model_forward(model, batch: int, image_tokens: int, dtype):
 
 
 def plan_sft(
-    config, *, num_processes: int = 1, gpu_memory_gb: float | None = None, sharded: bool = False
+    config,
+    *,
+    num_processes: int = 1,
+    gpu_memory_gb: float | None = None,
+    sharded: bool = False,
+    num_machines: int = 1,
 ) -> Plan:
     """The memory of one process of the SFT recipe ``config`` (a ``PacoSFTConfig``) on
-    ``num_processes`` (``sharded``: ZeRO-2, gradients and optimizer states divided among
-    them, as ``recipes/accelerate/sft_zero2.yaml`` launches), and whether it fits."""
+    ``num_processes`` in all, over ``num_machines`` nodes (``sharded``: ZeRO-2, gradients
+    and optimizer states divided among them, as ``recipes/accelerate/sft_zero2.yaml``
+    launches), and whether it fits."""
     from peft import get_peft_model
 
     from paco_reward.training.loading import lora_config
+
+    nodes = node_facts(num_processes, num_machines)
 
     dtype = config.model_dtype if config.model_dtype != "auto" else "bfloat16"
     torch_dtype = getattr(torch, dtype)
@@ -149,6 +157,7 @@ def plan_sft(
         gpu_memory_bytes=memory,
         facts={
             "processes": num_processes,
+            **nodes,
             "pairs_per_optimizer_step": pairs,
             "image_tokens_per_image": image_tokens,
             "not_counted": "the frozen vision tower's transient forward memory, CUDA context "
