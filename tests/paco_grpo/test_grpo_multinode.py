@@ -20,6 +20,7 @@ slots of ranks 1-3 from rank 0's generator.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,7 +46,7 @@ NODES, PER_NODE = 2, 2
 PAIRS_PER_IMAGE = 6  # the 2x2 grid's panel pairs
 
 
-def _script(blocks: list[str], work: Path, ports: dict[str, int]) -> str:
+def _script(blocks: list[str], work: Path, ports: dict[int, int]) -> str:
     """The page's blocks as one shell script: the test's ports in place of the page's, and
     TRAIN_PROGRAM set before each launch block (the first launch records as ``first``, the
     resuming one as ``resumed``)."""
@@ -67,13 +68,17 @@ def launched(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("multinode")
     (work / "recipes").symlink_to(ROOT / "recipes")
     blocks = [code for language, code in runnable_blocks(PAGE.read_text())]
-    ports = {8001: free_port(), 8002: free_port()}
+    free = set()
+    while len(free) < 3:  # each node's server and the rendezvous, on ports of their own
+        free.add(free_port())
+    node_0, node_1, rendezvous = sorted(free)
+    ports = {8001: node_0, 8002: node_1}
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": "1",
-        "MAIN_PORT": str(free_port()),
+        "MAIN_PORT": str(rendezvous),
     }
     env.pop("ACCELERATE_USE_CPU", None)  # the page sets it
     shell = subprocess.Popen(
@@ -89,7 +94,8 @@ def launched(tmp_path_factory) -> dict:
         output, _ = shell.communicate(timeout=900)
     finally:
         if shell.poll() is None or shell.returncode:
-            os.killpg(shell.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # nothing of the group left
+                os.killpg(shell.pid, signal.SIGKILL)
             shell.wait()
     assert shell.returncode == 0, output[-6000:]
     by_block = re.split(r"^=== block \d+ at \d+ s\n", output, flags=re.M)[1:]
