@@ -9,12 +9,12 @@ Every :class:`~paco_reward.server.config.ServerConfig` limit is a flag.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from dataclasses import dataclass
 
 from paco_reward.command_line import Command, config_field
+from paco_reward.launch import is_loopback
 from paco_reward.server.config import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -48,13 +48,6 @@ class ServeArguments(ServerConfig):
         return ServerConfig(**{name: getattr(self, name) for name in names})
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def serve(args: ServeArguments) -> int:
     import uvicorn
     from PIL import Image
@@ -62,7 +55,7 @@ def serve(args: ServeArguments) -> int:
     from paco_reward.local_backend import LocalBackend
     from paco_reward.server.app import create_app
 
-    if not _is_loopback(args.host) and not args.api_key:
+    if not is_loopback(args.host) and not args.api_key:
         logger.warning(
             "Serving on %s without --api_key: anyone who can reach this address can use the "
             "model. Set --api_key (or $%s) or bind 127.0.0.1.",

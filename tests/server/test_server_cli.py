@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from paco_reward.command_line import parse_config
-from paco_reward.server.cli import API_KEY_ENV, ServeArguments, _is_loopback
+from paco_reward.launch import is_loopback
+from paco_reward.server.cli import API_KEY_ENV, ServeArguments
 from paco_reward.server.config import ServerConfig
 
 
@@ -58,4 +59,4 @@ def test_every_server_limit_is_a_flag():
     ],
 )
 def test_loopback_detection(host, loopback):
-    assert _is_loopback(host) is loopback
+    assert is_loopback(host) is loopback
