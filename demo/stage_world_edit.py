@@ -30,6 +30,7 @@ import torch
 
 from data_pipeline.storage import save_image_atomic
 from demo import pretrained
+from demo.cached_folder import read_info
 from demo.context import DemoContext, ReportSection
 from demo.documented import documented
 from demo.stage_generator import sample_sheet
@@ -45,7 +46,6 @@ from demo.world_editor import (
     render_edit,
 )
 from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
-from paco_reward.cached_folder import read_info
 
 SEEDS = (0, 1)
 EPOCHS = 6

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.cached_folder import build_once, cache_key, read_info
+from demo.cached_folder import build_once, cache_key, read_info
 from paco_reward.errors import PathNotFoundError
 
 INFO_FILE = "world_generator.json"

@@ -343,8 +343,8 @@ def cli_reference() -> str:
         *command_section("python -m demo", DemoArguments, DemoArguments.__doc__, False, False),
         "## Benchmarks",
         "",
-        "Each runs as `python -m benchmarks.<name>` wherever paco-rl is installed; see "
-        "[Benchmarks](benchmarks.md).",
+        "Each runs as `python -m benchmarks.<name>` from the root of a checkout (`benchmarks` "
+        "is no installed package); see [Benchmarks](benchmarks.md).",
         "",
     ]
     for name in BENCHMARKS:

@@ -614,7 +614,7 @@ class GRPOConfig:
         data = dict(data)
         version = data.pop(VERSION_KEY, None)
         if version is not None:
-            from paco_grpo import __version__
+            from paco_reward import __version__
 
             if version != __version__:
                 logger.warning(
@@ -645,7 +645,7 @@ class GRPOConfig:
 
     def save_json(self, path: str | Path) -> None:
         """Write the config with the library version, atomically; reloads with :meth:`from_yaml`."""
-        from paco_grpo import __version__
+        from paco_reward import __version__
         from paco_reward.atomic_io import atomic_write_text
 
         payload = {VERSION_KEY: __version__, **self.to_dict()}
