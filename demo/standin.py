@@ -283,10 +283,10 @@ def _train_describer(
     from tqdm.auto import tqdm
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
-    from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
+    from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_qwen2_5_vl
 
     if base_model is None:
-        build_tiny_model(
+        build_tiny_qwen2_5_vl(
             work,
             seed=config.seed,
             min_pixels=config.image_pixels,

@@ -50,7 +50,7 @@ from paco_reward.modeling import (
     image_features,
     join_image_features,
     load_adapter,
-    load_evaluator,
+    load_evaluator_model_and_processor,
     vision_tower,
 )
 from paco_reward.stage_timer import StageTimer
@@ -154,7 +154,7 @@ class LocalBackend:
     pairs of pre-normalised images (see the module's docstring for how).
 
     Args:
-        model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator`).
+        model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator_model_and_processor`).
         batch_size: pairs per language-model forward.
         vision_batch_size: images per vision-tower pass (default
             :data:`DEFAULT_VISION_BATCH_SIZE`).
@@ -280,7 +280,7 @@ class LocalBackend:
         if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
             processor_source = adapter
             processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
-        model, processor = load_evaluator(
+        model, processor = load_evaluator_model_and_processor(
             path_or_id,
             processor_source=processor_source,
             processor_kwargs=processor_kwargs,

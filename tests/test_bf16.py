@@ -131,7 +131,7 @@ def test_bf16_sft_steps_have_finite_losses_and_move_every_lora_weight(
         eval_split="",
     )
     model, processor = load_model_and_processor(cfg)
-    assert model.dtype == torch.bfloat16  # model_dtype 'auto' follows bf16, as in the recipe
+    assert model.dtype == torch.bfloat16  # dtype 'auto' follows bf16, as in the recipe
     trainer = PacoSFTTrainer(
         model=model,
         args=cfg,

@@ -26,11 +26,11 @@ from PIL import Image
 import paco_reward
 from paco_reward import PacoReward
 from paco_reward.architectures import model_config
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 
 assert Path(paco_reward.__file__).is_relative_to(sys.prefix), paco_reward.__file__
 assert model_config("X-GenGroup/PaCo-Reward-7B")["hidden_size"] == 3584
-rm = PacoReward.from_pretrained(build_tiny_model(Path(sys.argv[1]) / "tiny", seed=0), device="cpu")
+rm = PacoReward.from_pretrained(build_tiny_qwen2_5_vl(Path(sys.argv[1]) / "tiny", seed=0), device="cpu")
 rng = np.random.default_rng(0)
 a, b = (Image.fromarray(rng.integers(0, 255, (56, 56, 3), dtype=np.uint8)) for _ in range(2))
 score = float(rm.score(a, b, "a red fox"))
