@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
-from paco_grpo.data import PromptItem
+from paco_grpo.data import PromptItem, edit_references
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.rewards import Reward
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
@@ -130,7 +130,7 @@ class Rollout:
         }
         prompts = [it.prompt for it in items]
         if self.editing:
-            references = [it.metadata["source_image"] for it in items]
+            references = [edit_references(it) for it in items]
             return self.sampler(prompts, references, area=None, **kwargs)
         return self.sampler(prompts, height=size[0], width=size[1], **kwargs)
 
@@ -270,7 +270,7 @@ class Rollout:
     # ------------------------------------------------------------------ re-scoring
     def velocity(self, model, x, timesteps, items: list[PromptItem], size: tuple[int, int]):
         """The policy's velocity for recorded latents ``x`` of ``items`` (conditioning cached)."""
-        references = [it.metadata["source_image"] for it in items] if self.editing else None
+        references = [edit_references(it) for it in items] if self.editing else None
         prompts = [it.prompt for it in items]
         guidance = self.config.train.guidance_scale
         return self.sampler.transition_velocity(
