@@ -148,11 +148,11 @@ def reward_rows(
 
     from demo.world_editor import edit_text
     from paco_grpo.rewards import CLIPTextReward
-    from paco_grpo.rewards.consistency import load_evaluator
+    from paco_grpo.rewards.consistency import load_paco_reward
 
     images = judged["images"]
     requests = [(s, im, r["prompt"]) for s, im, r in zip(sources, images, records)]
-    scorer = load_evaluator(evaluator)
+    scorer = load_paco_reward(evaluator)
     sc = np.array(scorer.score_pairs(requests, template="edit_consistency", symmetric=False))
     pf = np.array(scorer.score_pairs(requests, template="edit_following", symmetric=False))
     metadata = [{"panel_prompts": [edit_text(r)], "layout": "1x1"} for r in records]

@@ -326,6 +326,14 @@ def cli_reference() -> str:
         "error (one line naming the input), 2 a usage error. `--help` after a command prints "
         "what its section lists.",
         "",
+        "Why not transformers' `HfArgumentParser` (as trl's `TrlParser`): this parser also "
+        "takes nested dataclass sections as dotted options (`--train.resolution 256`), reads "
+        "every value as YAML so that a mapping or a list is one option (`--rewards '{clip_t: "
+        "1.0}'`), and has subcommands whose options are built only when chosen "
+        "(`paco-reward score` never imports trl).",
+        "The recipe is the first argument (`TrlParser`: `--config FILE`), and options "
+        "override it as there.",
+        "",
     ]
     for prog, module_name, summary in CLIS:
         lines += [f"## {prog}", "", summary, ""]

@@ -206,8 +206,13 @@ def _commands() -> list[Command]:
     return [
         Command("score", ScoreArguments, score, "Score image pairs, a set of images, or a grid."),
         Command("explain", ExplainArguments, explain, "Generate the judgement for one pair."),
-        Command("train", _sft_config_cls, train, "SFT the pairwise evaluator from a YAML recipe.",
-                recipe=True),  # fmt: skip
+        Command(
+            "train",
+            _sft_config_cls,
+            train,
+            "SFT the pairwise evaluator from a YAML recipe.",
+            recipe=True,
+        ),  # fmt: skip
         Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
         Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
         *SERVE_COMMANDS,

@@ -31,10 +31,9 @@ from paco_reward.host_inputs import expand_image_tokens
 from paco_reward.images import ImagePolicy, load_image, resize_for_model
 from paco_reward.local_backend import render_prompt_ids
 from paco_reward.templates import format_answer, render_instruction
+from paco_reward.training.loss import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
-
-IGNORE_INDEX = -100
 
 
 def format_reasoning_first(label: bool, reasons: str = "") -> str:
