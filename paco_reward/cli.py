@@ -14,18 +14,27 @@ device, and the hub arguments ``PacoReward.from_pretrained`` takes (a pinned ``-
     paco-reward plan recipes/paco_reward_7b_lora.yaml --num_processes 8 --gpu_memory_gb 80 --sharded
     paco-reward merge Qwen/Qwen2.5-VL-7B-Instruct runs/lora runs/merged
     paco-reward serve ./PaCo-Reward-7B --port 8000
+    paco-reward serve X-GenGroup/PaCo-Reward-7B --revision v1.0 --api_key "$KEY"
+    paco-reward serve ./model --max_batch_size 64 --max_body_bytes 134217728
+
+Every :class:`~paco_reward.server.config.ServerConfig` limit is a flag of ``serve``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
+from paco_reward.server.config import ServerConfig
 from paco_reward.templates import TEMPLATES
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "COMMANDS",
@@ -33,8 +42,12 @@ __all__ = [
     "MergeArguments",
     "ModelArguments",
     "ScoreArguments",
+    "ServeArguments",
     "main",
 ]
+
+# Where ``serve`` reads its API key when ``--api_key`` is not given.
+API_KEY_ENV = "PACO_REWARD_API_KEY"
 
 
 @dataclass(kw_only=True)
@@ -139,6 +152,31 @@ class MergeArguments(ModelArguments):
     )
 
 
+@dataclass(kw_only=True)
+class ServeArguments(ModelArguments, ServerConfig):
+    """Serve a PaCo evaluator over an OpenAI-compatible HTTP API (loopback by default)."""
+
+    host: str = config_field("127.0.0.1", help="Bind address (default: loopback only).")
+    port: int = config_field(8000, help="TCP port.")
+
+    def __post_init__(self) -> None:
+        if self.api_key is None and os.environ.get(API_KEY_ENV):
+            self.api_key = os.environ[API_KEY_ENV]
+        super().__post_init__()
+
+    def server_config(self) -> ServerConfig:
+        """The server's own settings (without the model-loading and binding arguments)."""
+        names = ServerConfig.__dataclass_fields__
+        return ServerConfig(**{name: getattr(self, name) for name in names})
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def score(args: ScoreArguments) -> int:
     rm = args.load()
     kwargs = {"template": args.template, "symmetric": args.symmetric}
@@ -188,6 +226,34 @@ def merge(args: MergeArguments) -> int:
     return 0
 
 
+def serve(args: ServeArguments) -> int:
+    import uvicorn
+    from PIL import Image
+
+    from paco_reward.local_backend import LocalBackend
+    from paco_reward.server.app import create_app
+
+    if not _is_loopback(args.host) and not args.api_key:
+        logger.warning(
+            "Serving on %s without --api_key: anyone who can reach this address can use the "
+            "model. Set --api_key (or $%s) or bind 127.0.0.1.",
+            args.host,
+            API_KEY_ENV,
+        )
+    config = args.server_config()
+    # PIL's own bomb guard (process-wide; this process only serves): never decode more
+    # than our limit, even on a path that skipped the header check.
+    Image.MAX_IMAGE_PIXELS = config.max_image_pixels
+    backend = LocalBackend.from_pretrained(
+        args.model, **args.load_kwargs(), batch_size=config.max_batch_size
+    )
+    app = create_app(backend, config)
+    name = config.served_model_name or backend.name
+    print(f"paco-reward serve: model {name!r} on http://{args.host}:{args.port}/v1")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
 def _sft_config_cls():
     from paco_reward.training import PacoSFTConfig
 
@@ -200,26 +266,20 @@ def _sft_plan_cls():
     return SFTPlanConfig
 
 
-def _commands() -> list[Command]:
-    from paco_reward.server.cli import COMMANDS as SERVE_COMMANDS
-
-    return [
-        Command("score", ScoreArguments, score, "Score image pairs, a set of images, or a grid."),
-        Command("explain", ExplainArguments, explain, "Generate the judgement for one pair."),
-        Command(
-            "train",
-            _sft_config_cls,
-            train,
-            "SFT the pairwise evaluator from a YAML recipe.",
-            recipe=True,
-        ),  # fmt: skip
-        Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
-        Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
-        *SERVE_COMMANDS,
-    ]
-
-
-COMMANDS = _commands()
+COMMANDS = [
+    Command("score", ScoreArguments, score, "Score image pairs, a set of images, or a grid."),
+    Command("explain", ExplainArguments, explain, "Generate the judgement for one pair."),
+    Command(
+        "train",
+        _sft_config_cls,
+        train,
+        "SFT the pairwise evaluator from a YAML recipe.",
+        recipe=True,
+    ),  # fmt: skip
+    Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
+    Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
+    Command("serve", ServeArguments, serve, "Serve a PaCo evaluator over HTTP."),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
