@@ -75,7 +75,8 @@ class ModelArguments:
         False, help="Run the code MODEL's repository ships (its own model classes)."
     )
     attn_implementation: str | None = config_field(
-        None, help="Attention kernel: sdpa, eager, flash_attention_2, ... (default: sdpa)."
+        None,
+        help="Attention kernel: sdpa, eager, flash_attention_2 (default: transformers', sdpa).",
     )
     dtype: str | None = config_field(
         None, help="torch dtype, e.g. bfloat16 (default: bf16 on GPU, float32 on CPU)."
