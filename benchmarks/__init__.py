@@ -1,4 +1,5 @@
-"""Benchmarks of paco-rl, each runnable as ``python -m benchmarks.<name>``.
+"""Benchmarks of paco-rl, each runnable as ``python -m benchmarks.<name>`` from the root of a
+checkout (they are not in the wheel: several read the checkout's ``recipes/``).
 
 - :mod:`benchmarks.consistency_rank`: ConsistencyRank (ranking agreement with people).
 - :mod:`benchmarks.edit_reward_bench`: EditReward-Bench (pairwise editing preferences).

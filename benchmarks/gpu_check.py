@@ -98,7 +98,7 @@ from benchmarks.scoring_rows import (
     pair_rows,
     random_pairs,
 )
-from paco_reward.architectures import default_dtype
+from paco_reward.architectures import default_dtype_set_to
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError, InputError
 
@@ -375,7 +375,7 @@ def _build_random(factory: Callable[[], torch.nn.Module], device: torch.device,
                   dtype: torch.dtype) -> torch.nn.Module:  # fmt: skip
     """``factory()`` built directly on ``device`` in ``dtype``: random initialisation runs
     there (seconds on a GPU for 12 B parameters), never as float32 on the host."""
-    with torch.device(device), default_dtype(dtype):
+    with torch.device(device), default_dtype_set_to(dtype):
         model = factory()
     if any(p.dtype != dtype for p in model.parameters()):  # a module that ignored the default
         model = model.to(dtype)
@@ -718,7 +718,7 @@ def _scaled_recipe(args: GpuCheckArguments, recipe: str, on_cpu: bool):
         overrides["max_sequence_length"] = max(8, round(base.max_sequence_length * args.scale))
     dtype_name = args.dtype or ("float32" if on_cpu else base.dtype)
     if dtype_name == "float32":
-        overrides.update(dtype="float32", mixed_precision="no")
+        overrides.update(dtype="float32", bf16=False, fp16=False)
     else:
         overrides["dtype"] = dtype_name
     return GRPOConfig.from_yaml(recipe, overrides)

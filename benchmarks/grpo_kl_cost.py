@@ -53,8 +53,8 @@ def measure(args: KLCostArguments) -> dict:
                     "report_to": [],
                     "num_train_epochs": 1,
                     "num_sample_images": 0,
-                    "save_every": 0,
-                    "test.every": 0,
+                    "save_epochs": 0,
+                    "test.eval_epochs": 0,
                     "log_kl": log_kl,
                 },
             )

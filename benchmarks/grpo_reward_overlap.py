@@ -108,13 +108,13 @@ def _config(model: str, out: Path, args: OverlapArguments):
             "per_device_train_batch_size": args.group_size,
             "report_to": [],
             "num_sample_images": 0,
-            "save_every": 0,
+            "save_epochs": 0,
             "train": {
                 "resolution": args.resolution,
                 "num_steps": args.steps,
                 "noise_steps": [1],
             },
-            "test": {"every": 0},
+            "test": {"eval_epochs": 0},
         }
     )
 

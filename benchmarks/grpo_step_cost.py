@@ -80,9 +80,9 @@ def _config(model: str, out: Path, args: StepCostArguments, resolution: int):
             "per_device_train_batch_size": args.batch_size,
             "report_to": [],
             "num_sample_images": 0,
-            "save_every": 0,
+            "save_epochs": 0,
             "train": {"resolution": resolution, "num_steps": 10, "noise_steps": [1]},
-            "test": {"every": 0},
+            "test": {"eval_epochs": 0},
         }
     )
 

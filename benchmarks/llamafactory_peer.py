@@ -46,11 +46,11 @@ def run(args: PeerArguments) -> int:
 
     from data_pipeline.pipeline import SyntheticConfig, run_synthetic
     from paco_reward.local_backend import render_prompt_ids
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = build_tiny_model(tmp / "tiny", seed=0)
+        model = build_tiny_qwen2_5_vl(tmp / "tiny", seed=0)
         run_synthetic(tmp / "work", SyntheticConfig(n_prompts=6, seed=1))
         export = tmp / "work" / "export" / "llamafactory"
         overrides = {

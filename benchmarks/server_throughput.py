@@ -144,9 +144,9 @@ def run(args: ServerThroughputArguments) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(args.model) if args.model else None
         if model_dir is None:
-            from paco_reward.testing import build_tiny_model
+            from paco_reward.testing import build_tiny_qwen2_5_vl
 
-            model_dir = build_tiny_model(Path(tmp) / "tiny", seed=0)
+            model_dir = build_tiny_qwen2_5_vl(Path(tmp) / "tiny", seed=0)
         pairs = make_pairs(args.pairs, args.image_size)
         rm = PacoReward.from_pretrained(model_dir, batch_size=args.max_batch_size)
         in_process = measure_in_process(rm, pairs, args.seconds)

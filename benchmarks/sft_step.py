@@ -32,7 +32,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,9 +225,9 @@ def pair_rows(count: int, side: int, seed: int = 0):
 
 @contextlib.contextmanager
 def open_sft_step(recipe: str | Path, *, scale: float, device: torch.device,
-                  dtype: torch.dtype, overrides: Sequence[str] = (),
+                  dtype: torch.dtype, overrides: Mapping[str, Any] | None = None,
                   seed: int = 0) -> Iterator[SFTStep]:  # fmt: skip
-    """The trainer of ``recipe`` (``--key value`` ``overrides`` on top) on a random model of
+    """The trainer of ``recipe`` (``{"key": value}`` ``overrides`` on top) on a random model of
     its architecture at ``scale`` on ``device``, weights in ``dtype`` (bfloat16: the
     recipe's mixed precision too; float32: none), for one micro-batch of synthetic pairs; its
     output folder is temporary, and accelerate's process state is reset on the way out (the
@@ -241,7 +241,7 @@ def open_sft_step(recipe: str | Path, *, scale: float, device: torch.device,
     from accelerate.state import AcceleratorState
 
     with tempfile.TemporaryDirectory(prefix="sft-step-") as folder:
-        step = _build(recipe, scale, device, dtype, folder, overrides, seed)
+        step = _build(recipe, scale, device, dtype, folder, dict(overrides or {}), seed)
         try:
             yield step
         finally:
@@ -252,16 +252,15 @@ def open_sft_step(recipe: str | Path, *, scale: float, device: torch.device,
 
 
 def _build(recipe: str | Path, scale: float, device: torch.device, dtype: torch.dtype,
-           output_dir: str, overrides: Sequence[str], seed: int) -> SFTStep:  # fmt: skip
+           output_dir: str, overrides: dict[str, Any], seed: int) -> SFTStep:  # fmt: skip
     from benchmarks.gpu_check import build_reward_model
     from paco_reward.images import ImagePolicy
-    from paco_reward.training import PacoSFTCollator, PacoSFTTrainer
+    from paco_reward.training import PacoSFTCollator, PacoSFTConfig, PacoSFTTrainer
     from paco_reward.training.callbacks import MetricsFileCallback
-    from paco_reward.training.cli import load_recipe
     from paco_reward.training.loading import lora_config
     from paco_reward.training.planning import ANSWER_TOKENS, DEFAULT_MAX_PIXELS
 
-    recipe_cfg = load_recipe(recipe, ["--use_cpu", "true", *overrides])
+    recipe_cfg = PacoSFTConfig.from_yaml(recipe, {"use_cpu": True, **overrides})
     if recipe_cfg.model_name_or_path not in ARCHITECTURES:
         raise ConfigError(
             f"{recipe}: no shipped evaluator architecture for {recipe_cfg.model_name_or_path!r}; "
@@ -286,18 +285,17 @@ def _build(recipe: str | Path, scale: float, device: torch.device, dtype: torch.
     prompt_and_images = int(probe["labels"][0].eq(-100).sum())
     image_tokens = int(probe["image_grid_thw"][0].prod()) // processor.image_processor.merge_size**2
     mixed = dtype == torch.bfloat16
-    cfg = load_recipe(recipe, [
-        "--output_dir", output_dir, "--use_cpu", str(device.type == "cpu").lower(),
-        "--report_to", "none", "--save_strategy", "no", "--eval_strategy", "no",
-        "--save_merged", "false", "--disable_tqdm", "true", "--logging_steps", "1000",
-        "--dataloader_num_workers", "0", "--gradient_accumulation_steps", "1",
-        "--seed", str(seed), "--bf16", str(mixed).lower(),
-        "--model_dtype", "bfloat16" if mixed else "float32",
-        "--lora_r", str(_scaled(recipe_cfg.lora_r, scale)),
-        "--lora_alpha", str(_scaled(recipe_cfg.lora_alpha, scale)),
-        "--image_max_pixels", str(pixels), "--image_min_pixels", str(min(pixels, factor**2)),
-        "--max_length", str(prompt_and_images + ANSWER_TOKENS), *overrides,
-    ])  # fmt: skip
+    cfg = PacoSFTConfig.from_yaml(recipe, {
+        "output_dir": output_dir, "use_cpu": device.type == "cpu", "report_to": "none",
+        "save_strategy": "no", "eval_strategy": "no", "save_merged": False,
+        "disable_tqdm": True, "logging_steps": 1000, "dataloader_num_workers": 0,
+        "gradient_accumulation_steps": 1, "seed": seed, "bf16": mixed,
+        "dtype": "bfloat16" if mixed else "float32",
+        "lora_r": _scaled(recipe_cfg.lora_r, scale),
+        "lora_alpha": _scaled(recipe_cfg.lora_alpha, scale),
+        "image_max_pixels": pixels, "image_min_pixels": min(pixels, factor**2),
+        "max_length": prompt_and_images + ANSWER_TOKENS, **overrides,
+    })  # fmt: skip
     trainer = PacoSFTTrainer(model, cfg, train_dataset=rows, processing_class=processor,
                              peft_config=lora_config(cfg, model))  # fmt: skip
     trainer.remove_callback(MetricsFileCallback)  # no metrics files or loss plot to write
@@ -371,7 +369,7 @@ def measure_sft(args, device: torch.device, recipe: str | Path) -> dict[str, Any
     dtype_name = args.dtype or ("float32" if device.type == "cpu" else "bfloat16")
     start = time.perf_counter()
     with open_sft_step(recipe, scale=args.scale, device=device, dtype=getattr(torch, dtype_name),
-                       overrides=["--logging_steps", "1"]) as step:  # fmt: skip
+                       overrides={"logging_steps": 1}) as step:  # fmt: skip
         trainer, cfg = step.trainer, step.trainer.args
         build_seconds = time.perf_counter() - start
         trained = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -496,14 +494,13 @@ def saved_activations(args: SFTStepArguments) -> list[dict[str, Any]]:
     for the measured shape)."""
     from paco_reward.training.planning import sft_activation_estimate
 
-    overrides = [] if args.batch_size is None else ["--per_device_train_batch_size",
-                                                    str(args.batch_size)]  # fmt: skip
+    overrides = {} if args.batch_size is None else {"per_device_train_batch_size": args.batch_size}
     rows, meters = [], {}
     for checkpointing in (False, True):
         with open_sft_step(
             args.recipe, scale=args.scale, device=torch.device("cpu"),
             dtype=getattr(torch, args.dtype),
-            overrides=[*overrides, "--gradient_checkpointing", str(checkpointing).lower()],
+            overrides={**overrides, "gradient_checkpointing": checkpointing},
         ) as step:  # fmt: skip
             _, metered = run_steps(step, 1, metered=(0,))
             meter = meters[checkpointing] = metered[0]

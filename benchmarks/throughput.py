@@ -78,11 +78,11 @@ def make_grid(panel_size: int, seed: int = 0) -> tuple[Image.Image, list[Image.I
 def build_model(args: ThroughputArguments, workdir: Path) -> Path:
     if args.model:
         return Path(args.model)
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
     from paco_reward.testing.qwen import QWEN_7B_SHAPE
 
     overrides = QWEN_7B_SHAPE if args.config == "7b" else {}
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         workdir / "model", min_pixels=args.min_pixels, max_pixels=args.max_pixels, **overrides
     )
 
@@ -104,7 +104,7 @@ def compare_engines(args) -> None:
     """pairs/s of each engine in ``args.engines`` on the same pairs, side by side."""
     from contextlib import ExitStack
 
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
     from paco_reward.testing.vllm_server import CPU_ARGS, VLLMServer
 
     engines = list(ENGINES) if args.engines == "all" else args.engines.split(",")
@@ -122,7 +122,7 @@ def compare_engines(args) -> None:
         model_dir = (
             Path(args.model)
             if args.model
-            else build_tiny_model(
+            else build_tiny_qwen2_5_vl(
                 Path(tmp) / "model",
                 min_pixels=args.min_pixels,
                 max_pixels=args.max_pixels,

@@ -20,31 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from data_pipeline.storage import DataPipelineError
+from paco_reward.metrics import roc_auc
 
 logger = logging.getLogger(__name__)
-
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC-AUC (Mann-Whitney, ties averaged); NaN if one class is missing.
-
-    >>> roc_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
-    0.75
-    """
-    labels = np.asarray(labels).astype(bool)
-    n1, n0 = labels.sum(), (~labels).sum()
-    if n1 == 0 or n0 == 0:
-        return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    sorted_scores = np.asarray(scores)[order]
-    i = 0
-    while i < len(order):  # average ranks over ties
-        j = i
-        while j + 1 < len(order) and sorted_scores[j + 1] == sorted_scores[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[labels].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def colour_histogram(image, bins: int = 4, size: int = 32) -> np.ndarray:
@@ -90,13 +68,13 @@ def leakage_probe(dataset_dir: str | Path, bins: int = 4, scale: float = 10.0) -
     report = {
         "train_rows": len(y_tr),
         "test_rows": len(y_te),
-        "pair_distance_auc": roc_auc(y_te, -np.abs(a_te - b_te).sum(1)),
+        "pair_distance_auc": roc_auc(-np.abs(a_te - b_te).sum(1), y_te),
     }
     for name, (x_tr, x_te) in {
         "pair_features_auc": (np.abs(a_tr - b_tr), np.abs(a_te - b_te)),
         "image_a_only_auc": (a_tr, a_te),
         "image_b_only_auc": (b_tr, b_te),
     }.items():
-        report[name] = roc_auc(y_te, _fit_logistic(x_tr, y_tr)(x_te))
+        report[name] = roc_auc(_fit_logistic(x_tr, y_tr)(x_te), y_te)
     logger.info("leakage probe of %s: %s", dataset_dir, report)
     return report

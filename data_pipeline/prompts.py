@@ -4,8 +4,8 @@ Reads T2IS-style JSONL (``prompt``, ``layout``, ``theme``, ``criteria``, ``heigh
 ``width``, ``category`` ...), resolves each record's layout and per-panel
 descriptions, and writes the normalised records to ``<work_dir>/prompts.jsonl``.
 
-    >>> from data_pipeline.prompts import normalise_prompt
-    >>> rec = normalise_prompt({"idx": "7", "prompt": "A cat. [LEFT]:sits. [RIGHT]:runs.",
+    >>> from data_pipeline.prompts import normalize_prompt
+    >>> rec = normalize_prompt({"idx": "7", "prompt": "A cat. [LEFT]:sits. [RIGHT]:runs.",
     ...                         "layout": "1x2"}, line=1)
     >>> rec["prompt_id"], rec["rows"], rec["cols"], rec["panels"]
     ('7', 1, 2, ['sits.', 'runs.'])
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 PROMPTS_FILE = "prompts.jsonl"
 
 
-def normalise_prompt(record: dict, line: int, source: str = "t2is") -> dict:
+def normalize_prompt(record: dict, line: int, source: str = "t2is") -> dict:
     """One T2IS record -> the pipeline's prompt record.
 
     Adds ``prompt_id`` (``idx``, else ``id``, else the line number), ``rows``/``cols``
@@ -67,7 +67,7 @@ def normalise_prompt(record: dict, line: int, source: str = "t2is") -> dict:
 
 
 def load_prompts(path: str | Path, source: str = "t2is") -> list[dict]:
-    """Read and normalise a T2IS-style prompt JSONL file (see :func:`normalise_prompt`).
+    """Read and normalise a T2IS-style prompt JSONL file (see :func:`normalize_prompt`).
 
     Raises:
         DataPipelineError: missing file, bad JSON, or a duplicated prompt id.
@@ -75,7 +75,7 @@ def load_prompts(path: str | Path, source: str = "t2is") -> list[dict]:
     Example:
         >>> recs = load_prompts("tests/data/t2is_train_metadata.jsonl")   # doctest: +SKIP
     """
-    records = [normalise_prompt(r, i, source) for i, r in enumerate(read_jsonl(path), start=1)]
+    records = [normalize_prompt(r, i, source) for i, r in enumerate(read_jsonl(path), start=1)]
     seen: set[str] = set()
     for r in records:
         if r["prompt_id"] in seen:

@@ -75,7 +75,7 @@ def _member(m, names: dict[str, int] | None, where: str, item) -> int:
     )
 
 
-def normalise_ranking(
+def normalize_ranking(
     record: dict,
     n_candidates: int | None = None,
     where: str = "",
@@ -135,7 +135,7 @@ def check_ranking(record: dict, where: str, instances: dict[str, dict] | None = 
     out = {
         "instance_id": instance_id,
         "annotator": str(record["annotator"]) if "annotator" in record else None,
-        "ranking": normalise_ranking(record, n, where, names),
+        "ranking": normalize_ranking(record, n, where, names),
     }
     flag = record.get("none_consistent", False)
     if not isinstance(flag, bool):

@@ -349,7 +349,7 @@ class SyntheticWorld:
     def describe_example(self, rng: random.Random) -> tuple[Image.Image, str]:
         """A random single panel of this world (attributes uniform, own pose and lighting)
         and its one-line description (:func:`describe_panel`): the examples of the tiny
-        model's stand-in pretraining (:mod:`paco_reward.testing.standin`). They come from
+        model's stand-in pretraining (``demo/standin.py`` of a checkout). They come from
         ``rng`` alone, never from a prompt's grids.
 
         >>> image, text = SyntheticWorld().describe_example(random.Random(0))

@@ -10,7 +10,7 @@ None of them depends on a stage's output, so ``python -m demo`` first starts
 :func:`start_background`: two worker processes (``python -m demo.pretrained``, one torch
 thread each) pretrain the models the chosen stages need while the stages run. A stage that
 asks for a model a worker is still building waits for it (the build lock of
-:mod:`paco_reward.cached_folder`) and then reuses it. On two cores this overlaps the
+:mod:`demo.cached_folder`) and then reuses it. On two cores this overlaps the
 generator's 12 minutes with the evaluator's stages. The workers always use one thread: a
 model's numbers depend on the thread count it was trained with.
 

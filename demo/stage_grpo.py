@@ -70,8 +70,8 @@ def run(ctx: DemoContext) -> None:
         "aggregator": "log_tamed",
         "log_taming_threshold": 0.2,
         "async_rewards": True,
-        "save_every": 0,
-        "test.every": 4,
+        "save_epochs": 0,
+        "test.eval_epochs": 4,
         "test.num_prompts": 4,
     }
     config = GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", overrides)

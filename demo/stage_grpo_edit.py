@@ -31,8 +31,8 @@ def run(ctx: DemoContext) -> None:
         "output_dir": str(out),
         "seed": ctx.seed,
         "num_train_epochs": EPOCHS,
-        "save_every": 0,
-        "test.every": 3,
+        "save_epochs": 0,
+        "test.eval_epochs": 3,
         "report_to": [],
     }
     evaluator = ctx.artifacts.get("trained_evaluator") or ctx.artifacts.get("untrained_evaluator")

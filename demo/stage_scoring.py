@@ -7,7 +7,7 @@ from PIL import Image, ImageDraw
 
 from demo.context import DemoContext, print_table
 from paco_reward import PacoReward
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 
 
 def _panel(colour: tuple[int, int, int], shape: str, size: int = 64) -> Image.Image:
@@ -22,7 +22,7 @@ def _panel(colour: tuple[int, int, int], shape: str, size: int = 64) -> Image.Im
 
 
 def run(ctx: DemoContext) -> None:
-    model_dir = build_tiny_model(ctx.path("models", "tiny-untrained"), seed=ctx.seed)
+    model_dir = build_tiny_qwen2_5_vl(ctx.path("models", "tiny-untrained"), seed=ctx.seed)
     ctx.artifacts["untrained_evaluator"] = model_dir
     rm = PacoReward.from_pretrained(model_dir)
 

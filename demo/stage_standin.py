@@ -4,7 +4,7 @@ A real PaCo-Reward starts from Qwen2.5-VL-7B-Instruct, which already reads image
 Qwen2.5-VL of this demo starts from random weights. This stage stands in for that
 pretraining: the tiny model learns to describe single panels of the data stage's world
 ("Describe the image." -> "Shape circle, colour red, ...") from their ground truth, with no
-pairs and no consistency labels (:mod:`paco_reward.testing.standin`). The train stage then
+pairs and no consistency labels (:mod:`demo.standin`). The train stage then
 runs this library's PaCo SFT from it, as a user runs it from the real base model.
 
 The result is cached per machine and seed (``PACO_RL_CACHE``, default ``~/.cache/paco-rl``):
@@ -37,7 +37,7 @@ def standin_model(
 ) -> Path:
     """The stand-in-pretrained tiny Qwen2.5-VL for ``world`` (cached; trained when missing)."""
     from data_pipeline.synthetic import WORLD_VERSION
-    from paco_reward.testing.standin import StandInConfig, pretrain_describer
+    from demo.standin import StandInConfig, pretrain_describer
 
     config = StandInConfig(
         steps=steps,
@@ -66,7 +66,7 @@ def world_of(data_dir: str | Path):
 
 
 def run(ctx: DemoContext) -> None:
-    from paco_reward.testing.standin import read_standin_info
+    from demo.standin import read_standin_info
 
     data_dir = ctx.artifacts.get("pair_dataset_dir")
     if data_dir is None:

@@ -41,8 +41,7 @@ from demo.stage_standin import IMAGE_PIXELS, standin_model, world_of
 from paco_reward import PacoReward
 from paco_reward.baselines import CLIPImageScorer, PixelScorer
 from paco_reward.testing.clip import build_tiny_clip
-from paco_reward.training import PacoSFTConfig
-from paco_reward.training.cli import run_training
+from paco_reward.training import PacoSFTConfig, run_training
 from paco_reward.training.loading import load_pair_dataset_dict
 from paco_reward.training.metrics import decision_metrics, roc_auc
 from paco_reward.training.sft_config import TOY_DATASET

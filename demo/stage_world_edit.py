@@ -30,6 +30,7 @@ import torch
 
 from data_pipeline.storage import save_image_atomic
 from demo import pretrained
+from demo.cached_folder import read_info
 from demo.context import DemoContext, ReportSection
 from demo.documented import documented
 from demo.stage_generator import sample_sheet
@@ -45,7 +46,6 @@ from demo.world_editor import (
     render_edit,
 )
 from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
-from paco_reward.cached_folder import read_info
 
 SEEDS = (0, 1)
 EPOCHS = 6
@@ -148,11 +148,11 @@ def reward_rows(
 
     from demo.world_editor import edit_text
     from paco_grpo.rewards import CLIPTextReward
-    from paco_grpo.rewards.consistency import load_evaluator
+    from paco_grpo.rewards.consistency import load_paco_reward
 
     images = judged["images"]
     requests = [(s, im, r["prompt"]) for s, im, r in zip(sources, images, records)]
-    scorer = load_evaluator(evaluator)
+    scorer = load_paco_reward(evaluator)
     sc = np.array(scorer.score_pairs(requests, template="edit_consistency", symmetric=False))
     pf = np.array(scorer.score_pairs(requests, template="edit_following", symmetric=False))
     metadata = [{"panel_prompts": [edit_text(r)], "layout": "1x1"} for r in records]

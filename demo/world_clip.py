@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from paco_reward.cached_folder import build_once, cache_key
+from demo.cached_folder import build_once, cache_key
 
 INFO_FILE = "world_clip.json"
 PROCEDURE_VERSION = 2

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from demo.cached_folder import build_once, cache_key
 from demo.world_generator import (
     GeneratorConfig,
     encode_latents,
@@ -49,7 +50,6 @@ from demo.world_generator import (
     to_images,
     to_tensor,
 )
-from paco_reward.cached_folder import build_once, cache_key
 from paco_reward.errors import InputError
 
 INFO_FILE = "world_editor.json"

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.cached_folder import build_once, cache_key, read_info
+from demo.cached_folder import build_once, cache_key, read_info
 from paco_reward.errors import PathNotFoundError
 
 INFO_FILE = "world_generator.json"
@@ -216,7 +216,7 @@ def train_vae(
 
 
 @torch.no_grad()
-def encode_latents(pipe, images: torch.Tensor, normalise: bool = False) -> torch.Tensor:
+def encode_latents(pipe, images: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """Packed latents of ``images``, normalised by the VAE's ``shift_factor`` and
     ``scaling_factor``; ``normalise=True`` first sets those to the latents' mean and 1 / std,
     as FLUX's VAE config carries them."""
@@ -224,7 +224,7 @@ def encode_latents(pipe, images: torch.Tensor, normalise: bool = False) -> torch
     latents = torch.cat(
         [vae.encode(images[i : i + 256]).latent_dist.mode() for i in range(0, len(images), 256)]
     )
-    if normalise:
+    if normalize:
         vae.register_to_config(
             shift_factor=latents.mean().item(), scaling_factor=1.0 / latents.std().item()
         )
@@ -343,7 +343,7 @@ def _train_generator(work: Path, config: GeneratorConfig, progress: bool) -> dic
     vae_losses = train_vae(pipe.vae, images, config, progress)
     vae_seconds = time.perf_counter() - start
     latents = {
-        size: encode_latents(pipe, sized, normalise=size == config.panel_size)
+        size: encode_latents(pipe, sized, normalize=size == config.panel_size)
         for size, sized in images.items()
     }
     sampler = FluxGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)

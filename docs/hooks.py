@@ -328,6 +328,14 @@ def cli_reference() -> str:
         "error (one line naming the input), 2 a usage error. `--help` after a command prints "
         "what its section lists.",
         "",
+        "Why not transformers' `HfArgumentParser` (as trl's `TrlParser`): this parser also "
+        "takes nested dataclass sections as dotted options (`--train.resolution 256`), reads "
+        "every value as YAML so that a mapping or a list is one option (`--rewards '{clip_t: "
+        "1.0}'`), and has subcommands whose options are built only when chosen "
+        "(`paco-reward score` never imports trl).",
+        "The recipe is the first argument (`TrlParser`: `--config FILE`), and options "
+        "override it as there.",
+        "",
     ]
     for prog, module_name, summary in CLIS:
         lines += [f"## {prog}", "", summary, ""]
@@ -345,8 +353,8 @@ def cli_reference() -> str:
         *command_section("python -m demo", DemoArguments, DemoArguments.__doc__, False, False),
         "## Benchmarks",
         "",
-        "Each runs as `python -m benchmarks.<name>` wherever paco-rl is installed; see "
-        "[Benchmarks](benchmarks.md).",
+        "Each runs as `python -m benchmarks.<name>` from the root of a checkout (`benchmarks` "
+        "is no installed package); see [Benchmarks](benchmarks.md).",
         "",
     ]
     for name in BENCHMARKS:

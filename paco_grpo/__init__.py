@@ -18,8 +18,7 @@ from paco_grpo.reward_failures import RewardFailureError
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler, FlowGRPOSchedulerOutput
 from paco_grpo.sde import cps_step, sde_step
 from paco_grpo.timesteps import FluxSchedule, flux_schedule, sd3_schedule
-
-__version__ = "0.1.0"
+from paco_reward import __version__ as __version__  # the distribution's one version
 
 __all__ = [
     "AdvantageResult",

@@ -91,7 +91,11 @@ def _bind_thread(device: torch.device | None) -> None:
 
 
 def _annotate(err: BaseException, name: str) -> None:
-    err.add_note(f"(raised by the reward {name!r} while scoring a sampling batch)")
+    note = f"(raised by the reward {name!r} while scoring a sampling batch)"
+    if hasattr(err, "add_note"):
+        err.add_note(note)
+    else:  # Python 3.10 has no add_note (PEP 678): set the notes it would hold
+        err.__notes__ = [*getattr(err, "__notes__", []), note]
 
 
 def compute_rewards(

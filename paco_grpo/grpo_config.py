@@ -4,10 +4,13 @@ A recipe is a YAML file whose keys are these fields, flat except where training 
 evaluation differ: ``train:`` and ``test:`` map 1:1 to :class:`TrainSection` /
 :class:`EvalSection`. Fields take the names of ``transformers.TrainingArguments`` and trl's
 ``GRPOConfig`` wherever the idea is the same (``lora_r``, ``num_train_epochs``,
-``num_generations``, ``epsilon``, ``report_to``, ``gradient_checkpointing``, ...); an
+``num_generations``, ``epsilon``, ``report_to``, ``gradient_checkpointing``, ``bf16``,
+``dtype``, ...), and where its unit is an epoch rather than a step, their pattern with the
+unit named (``save_epochs``, ``test.eval_epochs`` beside ``save_steps``, ``eval_steps``); an
 unknown key fails at load time, naming it and listing the valid ones. Command-line flags
-override with dotted names (``--train.resolution 256``). ``config.json`` in a run's output
-folder reloads with :meth:`GRPOConfig.from_yaml`.
+override with dotted names (``--train.resolution 256``). It loads and saves YAML as
+``PacoSFTConfig`` does (:meth:`GRPOConfig.from_yaml`, :meth:`~GRPOConfig.to_yaml`); a run
+saves its own as ``training_config.yaml``, which reloads as the config it ran with.
 
     >>> cfg = GRPOConfig(model_name_or_path="tiny", prompt_file="p.txt", rewards={"panel_colour_agreement": 1.0})
     >>> cfg.train.resolution, cfg.test.resolution
@@ -17,18 +20,17 @@ folder reloads with :meth:`GRPOConfig.from_yaml`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
 from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES
-from paco_reward.command_line import apply_overrides, coerce_floats
+from paco_reward.command_line import config_from_mapping
 from paco_reward.errors import ConfigError
 from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
+from paco_reward.yaml_config import YAMLConfig
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,6 @@ __all__ = ["GRPOConfig", "EvalSection", "TrainSection"]
 # The pipelines whose guidance is true CFG with a negative prompt (for the fields' help).
 TRUE_CFG_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.true_cfg)
 DTYPES = ("float32", "bfloat16", "float16")
-MIXED_PRECISION = ("no", "fp16", "bf16")
 PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
 
 
@@ -157,9 +158,11 @@ class EvalSection:
             "help": f"FLUX/Kontext embedded guidance at evaluation ({', '.join(TRUE_CFG_PIPELINES)}: true-CFG scale)."
         },
     )
-    every: int = field(
+    eval_epochs: int = field(
         default=10,
-        metadata={"help": "Evaluate every N epochs (and after the last); 0 disables evaluation."},
+        metadata={
+            "help": "Evaluate every N epochs (and after the last); 0 disables evaluation. (TrainingArguments' eval_steps counts optimizer steps; this counts epochs.)"
+        },
     )
     num_prompts: int = field(
         default=16,
@@ -190,9 +193,9 @@ class EvalSection:
         _check_resolution("test.resolution", self.resolution)
         if self.num_steps < 1:
             raise ConfigError(f"test.num_steps must be >= 1; got {self.num_steps}.")
-        if self.every < 0 or self.num_prompts < 0:
+        if self.eval_epochs < 0 or self.num_prompts < 0:
             raise ConfigError(
-                f"test.every and test.num_prompts must be >= 0; got every={self.every}, "
+                f"test.eval_epochs and test.num_prompts must be >= 0; got eval_epochs={self.eval_epochs}, "
                 f"num_prompts={self.num_prompts}."
             )
         if self.rewards is not None:
@@ -200,7 +203,7 @@ class EvalSection:
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(YAMLConfig):
     """Configuration of :class:`paco_grpo.grpo_trainer.GRPOTrainer` (one recipe = one config)."""
 
     # ---- model
@@ -269,8 +272,17 @@ class GRPOConfig:
     dtype: str = field(
         default="float32", metadata={"help": f"Dtype of the frozen weights, one of {DTYPES}."}
     )
-    mixed_precision: str = field(
-        default="no", metadata={"help": f"accelerate mixed precision, one of {MIXED_PRECISION}."}
+    bf16: bool = field(
+        default=False,
+        metadata={
+            "help": "bf16 mixed precision of the policy's forward and backward (TrainingArguments' name; accelerate's mixed_precision='bf16')."
+        },
+    )
+    fp16: bool = field(
+        default=False,
+        metadata={
+            "help": "fp16 mixed precision (TrainingArguments' name; accelerate's mixed_precision='fp16')."
+        },
     )
     gradient_checkpointing: bool = field(
         default=False,
@@ -417,9 +429,11 @@ class GRPOConfig:
     ema_decay: float = field(
         default=0.9, metadata={"help": "EMA decay (with diffusers' (1+n)/(10+n) warm-up cap)."}
     )
-    save_every: int = field(
+    save_epochs: int = field(
         default=10,
-        metadata={"help": "Checkpoint every N epochs (and after the last); 0 = only the last."},
+        metadata={
+            "help": "Checkpoint every N epochs (and after the last); 0 = only the last. (TrainingArguments' save_steps counts optimizer steps; this counts epochs.)"
+        },
     )
     save_total_limit: int = field(
         default=3, metadata={"help": "Keep at most this many checkpoints (oldest deleted)."}
@@ -446,15 +460,14 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.train, TrainSection):
-            self.train = _from_dict(TrainSection, self.train, "train.")
+            self.train = config_from_mapping(TrainSection, self.train, "config", "train.")
         if not isinstance(self.test, EvalSection):
-            self.test = _from_dict(EvalSection, self.test, "test.")
+            self.test = config_from_mapping(EvalSection, self.test, "config", "test.")
         _check_weights("rewards", self.rewards)
         choices = {
             "pipeline": (self.pipeline, tuple(PIPELINE_SPECS)),  # registered so far
             "prompt_format": (self.prompt_format, PROMPT_FORMATS),
             "dtype": (self.dtype, DTYPES),
-            "mixed_precision": (self.mixed_precision, MIXED_PRECISION),
             "aggregator": (self.aggregator, tuple(sorted(AGGREGATORS))),
             "std_scope": (self.std_scope, STD_SCOPES),
             "normalization": (self.normalization, NORMALIZATIONS),
@@ -462,6 +475,8 @@ class GRPOConfig:
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}; got {value!r}.")
+        if self.bf16 and self.fp16:
+            raise ConfigError("bf16 and fp16 are both set; choose one mixed precision.")
         if isinstance(self.log_taming_threshold, str):
             if self.log_taming_threshold not in ("mean", "median"):
                 raise ConfigError(
@@ -514,8 +529,8 @@ class GRPOConfig:
             )
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")
-        if self.save_every < 0 or self.num_sample_images < 0 or self.warmup_steps < 0:
-            raise ConfigError("save_every, num_sample_images and warmup_steps must be >= 0.")
+        if self.save_epochs < 0 or self.num_sample_images < 0 or self.warmup_steps < 0:
+            raise ConfigError("save_epochs, num_sample_images and warmup_steps must be >= 0.")
         spec = PIPELINE_SPECS[self.pipeline]
         if self.lora_target_modules is None:  # the pipeline's own, never another model's
             self.lora_target_modules = list(spec.lora_target_modules)
@@ -560,64 +575,11 @@ class GRPOConfig:
             error=ConfigError,
         )
 
-    # ------------------------------------------------------------------ (de)serialisation
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GRPOConfig:
-        """Build from a mapping, failing on unknown keys (in the sections too).
-
-        ``paco_rl_version`` (written by :meth:`save_json`) is accepted and checked."""
-        data = dict(data)
-        version = data.pop(VERSION_KEY, None)
-        if version is not None:
-            from paco_grpo import __version__
-
-            if version != __version__:
-                logger.warning(
-                    "config written by paco-rl %s, loaded by %s; check the run reproduces.",
-                    version,
-                    __version__,
-                )
-        return _from_dict(cls, data, "")
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> GRPOConfig:
-        """Load a YAML recipe (or a run's ``config.json``), then apply ``{"dotted.key": value}``
-        overrides.
-
-        Example:
-            >>> GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", {"num_train_epochs": 2})  # doctest: +SKIP
-        """
-        import yaml
-
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a recipe must be a YAML mapping of config fields.")
-        data = apply_overrides(data, overrides or {})
-        return cls.from_dict(data)
+    # ------------------------------------------------------------------ derived
+    @property
+    def mixed_precision(self) -> str:
+        """accelerate's name of the mixed precision: ``"bf16"``, ``"fp16"`` or ``"no"``."""
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    def save_json(self, path: str | Path) -> None:
-        """Write the config with the library version, atomically; reloads with :meth:`from_yaml`."""
-        from paco_grpo import __version__
-        from paco_reward.atomic_io import atomic_write_text
-
-        payload = {VERSION_KEY: __version__, **self.to_dict()}
-        atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
-
-
-VERSION_KEY = "paco_rl_version"
-
-
-def _from_dict(cls, data: dict[str, Any], prefix: str):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping; got {data!r}.")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(
-            f"Unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; valid keys: "
-            f"{sorted(prefix + n for n in names)}."
-        )
-    return cls(**coerce_floats(cls, data, prefix))

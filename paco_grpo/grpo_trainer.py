@@ -22,7 +22,7 @@ Per epoch (one "round"):
    per optimizer step. One window and its optimizer step are :meth:`GRPOTrainer.training_step`
    (:class:`~paco_grpo.grpo_step.GRPOStep`, which the GPU check times).
 
-Every ``test.every`` epochs the EMA weights are evaluated (:mod:`paco_grpo.evaluation`).
+Every ``test.eval_epochs`` epochs the EMA weights are evaluated (:mod:`paco_grpo.evaluation`).
 State goes through the ``Accelerator``: checkpoints with ``save_state`` / ``load_state``
 (:mod:`paco_grpo.checkpointing`; the LoRA adapter loads with
 ``FluxPipeline.load_lora_weights``), metrics through its trackers (``report_to``) and
@@ -68,6 +68,7 @@ from paco_reward.devices import resolve_device
 from paco_reward.errors import InputError
 from paco_reward.launch import check_single_job, launched_nodes
 from paco_reward.planning import check_plan
+from paco_reward.yaml_config import SAVED_CONFIG
 
 logger = logging.getLogger(__name__)
 
@@ -428,7 +429,7 @@ class GRPOTrainer:
         cfg = self.config
         if self.accelerator.is_main_process:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save_json(self.output_dir / "config.json")
+            cfg.to_yaml(self.output_dir / SAVED_CONFIG)  # reloads with GRPOConfig.from_yaml
         progress = tqdm(
             range(self.start_epoch, cfg.num_train_epochs),
             initial=self.start_epoch,
@@ -440,7 +441,7 @@ class GRPOTrainer:
             t0 = time.perf_counter()
             metrics = self.run_epoch(epoch)
             last = epoch == cfg.num_train_epochs - 1
-            if cfg.test.every and ((epoch + 1) % cfg.test.every == 0 or last):
+            if cfg.test.eval_epochs and ((epoch + 1) % cfg.test.eval_epochs == 0 or last):
                 te = time.perf_counter()
                 metrics.update(self.evaluate(epoch))
                 metrics["time/eval"] = time.perf_counter() - te
@@ -449,7 +450,7 @@ class GRPOTrainer:
             if self.accelerator.is_main_process and self._epoch_images:
                 path = self.output_dir / "samples" / f"train_epoch_{epoch:05d}.png"
                 save_image_grid(self._epoch_images, path)
-            if last or (cfg.save_every and (epoch + 1) % cfg.save_every == 0):
+            if last or (cfg.save_epochs and (epoch + 1) % cfg.save_epochs == 0):
                 self.save_checkpoint(epoch + 1)
             progress.set_postfix({n: f"{metrics[f'reward/{n}/mean']:.3f}" for n in cfg.rewards})
         self.accelerator.wait_for_everyone()

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from paco_reward.yes_no import YesNoTokens, yes_probability
 
+# The one place the version is written (setup.cfg reads it: ``attr: paco_reward.__version__``).
 __version__ = "0.1.0"
 
 # name -> the module that defines it, imported when the name is first used

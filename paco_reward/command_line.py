@@ -382,18 +382,39 @@ def coerce_floats(cls: type, values: dict[str, Any], prefix: str = "") -> dict[s
     return out
 
 
-def build_config(cls: type, values: dict[str, Any], where: str = "arguments"):
-    """``cls`` from a mapping, refusing unknown keys; ``cls.from_dict`` when it has one."""
-    from_dict = getattr(cls, "from_dict", None)
-    if callable(from_dict):
-        return from_dict(values)
+def config_from_mapping(cls: type, values: dict[str, Any], where: str = "arguments",
+                        prefix: str = ""):  # fmt: skip
+    """``cls(**values)``, refusing a key that is not a field of ``cls`` (named with ``prefix``,
+    the dotted section it sits in) and reading YAML 1.1's strings of floats as numbers.
+
+    Example:
+        >>> @dataclass
+        ... class Hello:
+        ...     name: str
+        >>> config_from_mapping(Hello, {"nmae": "world"})
+        Traceback (most recent call last):
+        ...
+        paco_reward.errors.ConfigError: arguments: unknown key(s) ['nmae'] for Hello; valid keys: ['name'].
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or where} must be a mapping; got {values!r}.")
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(names)}."
+            f"{where}: unknown key(s) {[prefix + k for k in unknown]} for {cls.__name__}; "
+            f"valid keys: {sorted(prefix + n for n in names)}."
         )
-    return cls(**coerce_floats(cls, values))
+    return cls(**coerce_floats(cls, values, prefix))
+
+
+def build_config(cls: type, values: dict[str, Any], where: str = "arguments"):
+    """``cls`` from a mapping, refusing unknown keys; ``cls.from_dict`` when it has one (the
+    configs that load from YAML, :class:`~paco_reward.yaml_config.YAMLConfig`)."""
+    from_dict = getattr(cls, "from_dict", None)
+    if callable(from_dict):
+        return from_dict(values, where)
+    return config_from_mapping(cls, values, where)
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from paco_reward.devices import host_to_device
-from paco_reward.errors import VisionAttentionError
+from paco_reward.errors import PromptError, VisionAttentionError
 from paco_reward.modeling import vision_tower
 from paco_reward.vision_attention import CHECKED_TRANSFORMERS
 
@@ -179,8 +179,6 @@ class PromptRows:
         return self._cache.get(key, lambda: self._compute(instruction, key[1]))
 
     def _compute(self, instruction: str, grids: tuple[Grid, ...]) -> tuple[list[int], torch.Tensor]:
-        from paco_reward.local_backend import expand_image_tokens
-
         counts = [t * h * w // self.merge_length for t, h, w in grids]
         ids = expand_image_tokens(self.prompt_ids(instruction), self.image_token_id, counts)
         row = torch.tensor([ids], dtype=torch.long)
@@ -191,6 +189,35 @@ class PromptRows:
             attention_mask=None,
         )
         return ids, positions[:, 0]
+
+
+def expand_image_tokens(
+    ids: Sequence[int], image_token_id: int, tokens_per_image: Sequence[int]
+) -> list[int]:
+    """Repeat the k-th ``image_token_id`` placeholder ``tokens_per_image[k]`` times (the
+    number of merged vision tokens of the k-th image), as ``processor(text, images)`` does.
+
+    Raises:
+        ValueError: if the number of placeholders differs from ``len(tokens_per_image)``.
+
+    Example:
+        >>> expand_image_tokens([7, 9, 7], image_token_id=7, tokens_per_image=[2, 1])
+        [7, 7, 9, 7]
+    """
+    placeholders = sum(1 for t in ids if t == image_token_id)
+    if placeholders != len(tokens_per_image):
+        raise PromptError(
+            f"prompt has {placeholders} image placeholders but {len(tokens_per_image)} images "
+            "were given; render the prompt with one image part per image."
+        )
+    counts = iter(tokens_per_image)
+    out: list[int] = []
+    for token in ids:
+        if token == image_token_id:
+            out.extend([token] * int(next(counts)))
+        else:
+            out.append(token)
+    return out
 
 
 def causal_padding_mask(padding: torch.Tensor, width: int) -> torch.Tensor:

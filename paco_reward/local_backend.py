@@ -41,7 +41,7 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import default_device, host_to_device, pin_for, resolve_device
-from paco_reward.errors import InputError, PromptError
+from paco_reward.errors import InputError
 from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask
 from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
@@ -50,7 +50,7 @@ from paco_reward.modeling import (
     image_features,
     join_image_features,
     load_adapter,
-    load_evaluator,
+    load_evaluator_model_and_processor,
     vision_tower,
 )
 from paco_reward.stage_timer import StageTimer
@@ -95,35 +95,6 @@ def render_prompt_ids(processor, instruction: str, num_images: int = 2) -> list[
     """
     text = render_prompt_text(processor, instruction, num_images)
     return processor.tokenizer.encode(text, add_special_tokens=False)
-
-
-def expand_image_tokens(
-    ids: Sequence[int], image_token_id: int, tokens_per_image: Sequence[int]
-) -> list[int]:
-    """Repeat the k-th ``image_token_id`` placeholder ``tokens_per_image[k]`` times (the
-    number of merged vision tokens of the k-th image), as ``processor(text, images)`` does.
-
-    Raises:
-        ValueError: if the number of placeholders differs from ``len(tokens_per_image)``.
-
-    Example:
-        >>> expand_image_tokens([7, 9, 7], image_token_id=7, tokens_per_image=[2, 1])
-        [7, 7, 9, 7]
-    """
-    placeholders = sum(1 for t in ids if t == image_token_id)
-    if placeholders != len(tokens_per_image):
-        raise PromptError(
-            f"prompt has {placeholders} image placeholders but {len(tokens_per_image)} images "
-            "were given; render the prompt with one image part per image."
-        )
-    counts = iter(tokens_per_image)
-    out: list[int] = []
-    for token in ids:
-        if token == image_token_id:
-            out.extend([token] * int(next(counts)))
-        else:
-            out.append(token)
-    return out
 
 
 # Strategies of a transformers ``device_map`` (anything else names one device).
@@ -183,7 +154,7 @@ class LocalBackend:
     pairs of pre-normalised images (see the module's docstring for how).
 
     Args:
-        model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator`).
+        model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator_model_and_processor`).
         batch_size: pairs per language-model forward.
         vision_batch_size: images per vision-tower pass (default
             :data:`DEFAULT_VISION_BATCH_SIZE`).
@@ -309,7 +280,7 @@ class LocalBackend:
         if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
             processor_source = adapter
             processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
-        model, processor = load_evaluator(
+        model, processor = load_evaluator_model_and_processor(
             path_or_id,
             processor_source=processor_source,
             processor_kwargs=processor_kwargs,

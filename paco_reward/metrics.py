@@ -288,3 +288,19 @@ def mean_over(values: dict[str, float], keys: Sequence[str]) -> float:
     """
     present = [values[k] for k in keys if k in values and not math.isnan(values[k])]
     return float(np.mean(present)) if present else math.nan
+
+
+def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` against binary ``labels`` (scikit-learn's; a
+    tie counts half); NaN without both classes.
+
+    Example:
+        >>> roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+        0.75
+    """
+    from sklearn.metrics import roc_auc_score
+
+    labels = np.asarray(labels).astype(bool)
+    if labels.all() or not labels.any():
+        return math.nan
+    return float(roc_auc_score(labels, np.asarray(scores, dtype=np.float64)))

@@ -20,7 +20,8 @@ The vision reuse of the scorer (each distinct image through the vision tower onc
 image, everything the family's ``get_image_features`` returns for the language model: the
 merged embeddings and, for Qwen3-VL, the DeepStack features of some vision blocks.
 
-    >>> model, processor = load_evaluator("Qwen/Qwen3-VL-8B-Instruct", dtype="auto")  # doctest: +SKIP
+    >>> model, processor = load_evaluator_model_and_processor(
+    ...     "Qwen/Qwen3-VL-8B-Instruct", dtype="auto")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ __all__ = [
     "image_features",
     "join_image_features",
     "load_adapter",
-    "load_evaluator",
+    "load_evaluator_model_and_processor",
     "load_evaluator_processor",
     "load_vision_language_model",
     "merger_module_names",
@@ -200,7 +201,7 @@ def load_vision_language_model(path_or_id: str | Path, model_class: type | None 
     return model
 
 
-def load_evaluator(
+def load_evaluator_model_and_processor(
     path_or_id: str | Path,
     *,
     processor_source: str | Path | None = None,
@@ -226,7 +227,8 @@ def load_evaluator(
         WeightsMismatchError: a weight is missing, unexpected or of another shape.
 
     Example:
-        >>> model, processor = load_evaluator("Qwen/Qwen3-VL-8B-Instruct", dtype="auto")  # doctest: +SKIP
+        >>> model, processor = load_evaluator_model_and_processor(
+        ...     "Qwen/Qwen3-VL-8B-Instruct", dtype="auto")  # doctest: +SKIP
     """
     from transformers import AutoConfig
 

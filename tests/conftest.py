@@ -68,14 +68,34 @@ def tiny_model_dir(tmp_path_factory):
     """A tiny random Qwen2.5-VL evaluator folder. Its weights are initialised with a wide
     spread so scores differ clearly between pairs (a test comparing two scoring paths
     must not pass just because every score is 0.5)."""
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
 
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         tmp_path_factory.mktemp("tiny-qwen") / "model",
         seed=0,
         text_config={"initializer_range": 0.3},
         vision_config={"initializer_range": 0.3},
     )
+
+
+@pytest.fixture(scope="session")
+def two_revision_hub(tmp_path_factory, tiny_model_dir):
+    """A Hugging Face cache holding the repository ``acme/tiny-evaluator`` at two revisions:
+    ``main`` (``tiny_model_dir``) and ``v1`` (another tiny evaluator: other weights, so a
+    score says which revision loaded). Returns ``(cache, repo_id, {revision: folder})``; a
+    test reads it offline (``HF_HUB_OFFLINE=1``), as a user's machine would with nothing to
+    download."""
+    from paco_reward.testing import build_tiny_qwen2_5_vl
+    from paco_reward.testing.hub_cache import install_in_hub_cache
+
+    root = tmp_path_factory.mktemp("hub")
+    folders = {
+        "main": tiny_model_dir,
+        "v1": build_tiny_qwen2_5_vl(root / "v1", seed=1, text_config={"initializer_range": 0.3}),
+    }
+    for revision, folder in folders.items():
+        install_in_hub_cache(folder, "acme/tiny-evaluator", root / "cache", revision)
+    return root / "cache", "acme/tiny-evaluator", folders
 
 
 @pytest.fixture(scope="session")

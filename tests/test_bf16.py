@@ -131,7 +131,7 @@ def test_bf16_sft_steps_have_finite_losses_and_move_every_lora_weight(
         eval_split="",
     )
     model, processor = load_model_and_processor(cfg)
-    assert model.dtype == torch.bfloat16  # model_dtype 'auto' follows bf16, as in the recipe
+    assert model.dtype == torch.bfloat16  # dtype 'auto' follows bf16, as in the recipe
     trainer = PacoSFTTrainer(
         model=model,
         args=cfg,
@@ -174,7 +174,7 @@ def test_bf16_grpo_steps_are_on_policy_finite_and_move_every_lora_weight(
         "output_dir": str(tmp_path / "out"),
         "report_to": [],
         "dtype": "bfloat16",
-        "mixed_precision": "bf16",
+        "bf16": True,
         "learning_rate": 3e-4,
         "epsilon": 1e-4,
         "num_train_epochs": 1,
@@ -183,9 +183,9 @@ def test_bf16_grpo_steps_are_on_policy_finite_and_move_every_lora_weight(
         "sample_batch_size": 16,
         "per_device_train_batch_size": 16,
         "num_iterations": 2,
-        "test.every": 0,
+        "test.eval_epochs": 0,
         "num_sample_images": 0,
-        "save_every": 0,
+        "save_epochs": 0,
     }
     trainer = GRPOTrainer(GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", overrides))
     frozen = [p for p in trainer.transformer.parameters() if not p.requires_grad]

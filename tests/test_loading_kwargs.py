@@ -252,7 +252,7 @@ def test_sft_model_init_kwargs_are_checked_at_start_up(tmp_path, tiny_model_dir,
     from paco_reward.training import PacoSFTConfig
     from paco_reward.training.loading import model_init_kwargs
 
-    with pytest.raises(ConfigError, match=r"must not set \['dtype'\]; use the model_dtype field"):
+    with pytest.raises(ConfigError, match=r"must not set \['dtype'\]; use the dtype field"):
         _sft_config(tmp_path, tiny_model_dir, model_init_kwargs={"dtype": "bfloat16"})
     with pytest.raises(ConfigError, match="use the attn_implementation field"):
         _sft_config(tmp_path, tiny_model_dir, model_init_kwargs={"attn_implementation": "sdpa"})
@@ -266,13 +266,14 @@ def test_sft_model_init_kwargs_are_checked_at_start_up(tmp_path, tiny_model_dir,
 
 
 def test_sft_recipe_takes_model_init_kwargs(tmp_path):
-    from paco_reward.training.cli import load_recipe
+    from paco_reward.training import PacoSFTConfig
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
         f"output_dir: {tmp_path}\nmodel_init_kwargs:\n  revision: v1.0\n  low_cpu_mem_usage: true\n"
     )
-    assert load_recipe(recipe).model_init_kwargs == {"revision": "v1.0", "low_cpu_mem_usage": True}
+    cfg = PacoSFTConfig.from_yaml(recipe)
+    assert cfg.model_init_kwargs == {"revision": "v1.0", "low_cpu_mem_usage": True}
 
 
 # ---------------------------------------------------------------------------- GRPO policy

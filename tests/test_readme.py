@@ -57,12 +57,12 @@ def test_the_marker_finds_the_quickstart():
 
 @pytest.mark.slow
 def test_runnable_readme_blocks_run_as_written(tmp_path):
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
     from paco_reward.testing.hub_cache import install_in_hub_cache
 
     hub = tmp_path / "hub"
     for repo_id in TINY_MODELS:
-        build_tiny_model(tmp_path / "tiny" / repo_id, seed=0)
+        build_tiny_qwen2_5_vl(tmp_path / "tiny" / repo_id, seed=0)
         install_in_hub_cache(tmp_path / "tiny" / repo_id, repo_id, hub)
     work = tmp_path / "work"
     work.mkdir()

@@ -13,7 +13,7 @@ from PIL import Image
 from benchmarks.model_card_snippet import ModelCardScorer
 from paco_reward import PacoReward
 from paco_reward.images import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 
 # The issue's wording of the theme template, typed out here on purpose (not rendered by
 # our code) so the test also pins the template text.
@@ -28,7 +28,7 @@ THEME_PROMPT = (
 def qwen_budget_model_dir(tmp_path_factory):
     """A tiny model whose processor has Qwen2.5-VL's real pixel budget, so the model card's
     ``process_vision_info`` resizing and the processor agree exactly as on the 7B model."""
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         tmp_path_factory.mktemp("tiny-qwen-budget") / "model",
         seed=1,
         min_pixels=QWEN_MIN_PIXELS,

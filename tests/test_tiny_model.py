@@ -13,7 +13,7 @@ from transformers import (
     Qwen2_5_VLForConditionalGeneration,
 )
 
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 from paco_reward.testing.qwen import YES_NO_WORDS
 
 
@@ -77,9 +77,9 @@ def test_yes_no_variants_are_single_tokens(family_dir):
 
 
 def test_same_seed_same_weights(tmp_path):
-    a = build_tiny_model(tmp_path / "a", seed=3)
-    b = build_tiny_model(tmp_path / "b", seed=3)
-    c = build_tiny_model(tmp_path / "c", seed=4)
+    a = build_tiny_qwen2_5_vl(tmp_path / "a", seed=3)
+    b = build_tiny_qwen2_5_vl(tmp_path / "b", seed=3)
+    c = build_tiny_qwen2_5_vl(tmp_path / "c", seed=4)
     wa, wb, wc = (
         Qwen2_5_VLForConditionalGeneration.from_pretrained(p).lm_head.weight for p in (a, b, c)
     )

@@ -18,9 +18,9 @@ from paco_reward import PacoReward, VisionAttentionError
 from paco_reward.host_inputs import causal_padding_mask
 from paco_reward.images import resize_for_model
 from paco_reward.local_backend import LocalBackend
-from paco_reward.modeling import load_evaluator
+from paco_reward.modeling import load_evaluator_model_and_processor
 from paco_reward.templates import render_instruction
-from paco_reward.testing import build_tiny_model, build_tiny_qwen3_vl
+from paco_reward.testing import build_tiny_qwen2_5_vl, build_tiny_qwen3_vl
 from paco_reward.vision_attention import check_vision_attention, vision_attention_modules
 from tests.test_modeling import DirectScorer
 
@@ -33,7 +33,7 @@ QWEN2_5_VISION = {"depth": 4, "window_size": 112, "fullatt_block_indexes": [3], 
 
 @pytest.fixture(scope="module")
 def qwen2_5_dir(tmp_path_factory):
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         tmp_path_factory.mktemp("windowed") / "model",
         seed=2,
         **BUDGET,
@@ -75,8 +75,8 @@ def test_vision_tower_output_is_transformers_own(folder, dtype):
     """Precomputed grid inputs, one-frame pixels and grouped window attention give exactly
     what transformers' forward computes from the processor's output."""
     images = _images(3, seed=0)
-    reference_model, processor = load_evaluator(folder, dtype=dtype)
-    backend = LocalBackend(*load_evaluator(folder, dtype=dtype))
+    reference_model, processor = load_evaluator_model_and_processor(folder, dtype=dtype)
+    backend = LocalBackend(*load_evaluator_model_and_processor(folder, dtype=dtype))
     images = [img.resize((backend.image_policy.factor * 18,) * 2) for img in images]
     inputs = processor.image_processor(images=images, return_tensors="pt")
     with torch.inference_mode():
@@ -161,11 +161,11 @@ def test_one_attention_call_per_window_length_per_block(qwen2_5_dir, monkeypatch
     edge, corner windows) + 1 full block x 1 length + 2 text layers = 12 calls, where
     transformers' sdpa path makes 3 x 50 + 2 + 2 = 154."""
     a, b = _images(2, seed=4)
-    model, processor = load_evaluator(qwen2_5_dir)
+    model, processor = load_evaluator_model_and_processor(qwen2_5_dir)
     vision = model.config.vision_config
     text_layers = model.config.text_config.num_hidden_layers
     windowed = vision.depth - len(vision.fullatt_block_indexes)
-    backend = LocalBackend(*load_evaluator(qwen2_5_dir))
+    backend = LocalBackend(*load_evaluator_model_and_processor(qwen2_5_dir))
     instruction = render_instruction("consistency", "a fox")
 
     calls = _count_sdpa(monkeypatch)
@@ -187,7 +187,7 @@ def test_one_attention_call_per_window_length_per_block(qwen2_5_dir, monkeypatch
 
 
 def test_a_vision_attention_of_another_shape_fails_naming_its_class(qwen2_5_dir):
-    model, processor = load_evaluator(qwen2_5_dir)
+    model, processor = load_evaluator_model_and_processor(qwen2_5_dir)
 
     class OtherAttention(torch.nn.Module):
         def forward(self, hidden_states, cu_seqlens, rotary_pos_emb=None):

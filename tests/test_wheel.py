@@ -1,9 +1,11 @@
 """The package a user installs: ``python -m build`` makes a wheel and an sdist that
-``twine check`` passes, and the wheel, installed into a fresh venv, scores a pair with a tiny
-model built there (the shipped architecture files come with it)."""
+``twine check`` passes; the wheel holds the three packages and their data, nothing else (the
+benchmarks and the demo run from a checkout); installed into a fresh venv, it scores a pair
+with a tiny model built there (the shipped architecture files come with it)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("paco_reward", "paco_grpo", "data_pipeline")
 
 # Run in the fresh venv: the installed copy is the one imported, and it scores.
 SCORE = """
@@ -23,17 +26,47 @@ from PIL import Image
 import paco_reward
 from paco_reward import PacoReward
 from paco_reward.architectures import model_config
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 
 assert Path(paco_reward.__file__).is_relative_to(sys.prefix), paco_reward.__file__
 assert model_config("X-GenGroup/PaCo-Reward-7B")["hidden_size"] == 3584
-rm = PacoReward.from_pretrained(build_tiny_model(Path(sys.argv[1]) / "tiny", seed=0), device="cpu")
+rm = PacoReward.from_pretrained(build_tiny_qwen2_5_vl(Path(sys.argv[1]) / "tiny", seed=0), device="cpu")
 rng = np.random.default_rng(0)
 a, b = (Image.fromarray(rng.integers(0, 255, (56, 56, 3), dtype=np.uint8)) for _ in range(2))
 score = float(rm.score(a, b, "a red fox"))
 assert 0.0 < score < 1.0, score
 print(score)
 """
+
+
+def shipped_files() -> set[str]:
+    """The files of the three packages in the checkout (git's list): their modules and their
+    package data; a package's README is for the repository, not for the wheel."""
+    tracked = subprocess.run(["git", "ls-files", "-z", *PACKAGES], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.split("\0")  # fmt: skip
+    return {name for name in tracked if name and not name.endswith(".md")}
+
+
+def check_wheel_contents(wheel: Path) -> None:
+    """The wheel holds exactly the packages' tracked modules and data files, plus its
+    ``.dist-info`` (at ``paco_reward.__version__``, with the three commands and the licence)."""
+    import paco_reward
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    info = f"paco_rl-{paco_reward.__version__}.dist-info/"
+    files = {n for n in names if not n.startswith(info)}
+    expected = shipped_files()
+    assert {"paco_reward/architectures/qwen2_5_vl_7b.json",
+            "data_pipeline/annotate/static/app.js"} <= expected  # fmt: skip
+    assert files - expected == set(), "in the wheel but not a package file of the checkout"
+    assert expected - files == set(), "a package file of the checkout is missing from the wheel"
+    zipped = zipfile.ZipFile(wheel)
+    metadata = zipped.read(info + "METADATA").decode()
+    assert re.search(rf"^Version: {re.escape(paco_reward.__version__)}$", metadata, re.M)
+    entry_points = zipped.read(info + "entry_points.txt").decode()
+    for command in ("paco-reward", "paco-grpo", "paco-data"):
+        assert f"{command} = " in entry_points, entry_points
+    assert any(n.startswith(info) and n.endswith("/LICENSE") for n in names)
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -52,11 +85,7 @@ def test_wheel_and_sdist_pass_twine_and_the_wheel_scores_in_a_fresh_venv(tmp_pat
     (wheel,) = dist.glob("paco_rl-*.whl")
     (sdist,) = dist.glob("paco_rl-*.tar.gz")
     _run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)])
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "paco_grpo/architectures/flux1_transformer.json" in names
-    assert "paco_reward/architectures/qwen2_5_vl_7b.json" in names
-    assert any(n.endswith("licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
-    assert not any(n.startswith(("tests/", "demo/", "outputs/")) for n in names)
+    check_wheel_contents(wheel)
 
     # A fresh venv that sees this venv's dependencies (a path line, so this venv's editable
     # install of paco-rl is not on it) and gets paco-rl from the wheel alone.

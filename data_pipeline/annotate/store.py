@@ -45,7 +45,7 @@ from data_pipeline.rankings import (
     load_annotations,
     load_rankings,
     merge_sources,
-    normalise_ranking,
+    normalize_ranking,
 )
 from data_pipeline.storage import DataPipelineError, read_jsonl
 
@@ -487,7 +487,7 @@ class AnnotationStore:
                 f"the ranking leaves out {', '.join(left_out)}: place every candidate."
             )
         # The pipeline's own check, so what is stored is what `paco-data rankings` accepts.
-        return normalise_ranking({"ranking": groups}, len(ids), "submission")
+        return normalize_ranking({"ranking": groups}, len(ids), "submission")
 
     def submit(
         self,

@@ -38,7 +38,7 @@ from paco_grpo.rewards.colour import PanelColourAgreementReward
 from paco_grpo.rewards.consistency import (
     ConsistencyReward,
     EditConsistencyReward,
-    load_evaluator,
+    load_paco_reward,
 )
 from paco_grpo.rewards.ocr import OCRReader, OCRReward
 from paco_grpo.rewards.registry import REWARDS, RewardLoadError, build_reward, build_rewards
@@ -61,5 +61,5 @@ __all__ = [
     "build_reward",
     "build_rewards",
     "check_scores",
-    "load_evaluator",
+    "load_paco_reward",
 ]

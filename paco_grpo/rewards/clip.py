@@ -119,7 +119,7 @@ class CLIPEncoder:
                     pixel_values=pixels["pixel_values"].to(self.device, self.dtype)
                 )
             rows.append(_features(out))
-        return _normalise(rows)
+        return _normalize(rows)
 
     # ------------------------------------------------------------------ texts
     def _chunks(self, text: str) -> list[list[int]]:
@@ -164,7 +164,7 @@ class CLIPEncoder:
                     attention_mask=batch["attention_mask"].to(self.device),
                 )
             rows.append(_features(out))
-        emb = _normalise(rows)
+        emb = _normalize(rows)
         out, start = [], 0
         for cs in chunks:
             out.append(emb[start : start + len(cs)])
@@ -179,7 +179,7 @@ def _features(out) -> np.ndarray:
     return features.float().cpu().numpy().astype(np.float64)
 
 
-def _normalise(rows: list[np.ndarray]) -> np.ndarray:
+def _normalize(rows: list[np.ndarray]) -> np.ndarray:
     if not rows:
         return np.zeros((0, 1))
     emb = np.concatenate(rows, axis=0)

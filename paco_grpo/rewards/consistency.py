@@ -37,7 +37,12 @@ from paco_reward.images import load_image
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward", "load_evaluator"]
+__all__ = [
+    "CONSISTENCY_TEMPLATES",
+    "ConsistencyReward",
+    "EditConsistencyReward",
+    "load_paco_reward",
+]
 
 CONSISTENCY_TEMPLATES = ("consistency", "criteria")
 # SC then PF: the two scores of an edit (``PacoReward.score_edit``'s templates).
@@ -46,7 +51,7 @@ EDIT_TEMPLATES = ("edit_consistency", "edit_following")
 REFERENCE_AGGREGATIONS = ("mean", "min")
 
 
-def load_evaluator(
+def load_paco_reward(
     model: Any,
     adapter: str | Path | None = None,
     server_url: str | Sequence[str] | None = None,
@@ -76,8 +81,8 @@ def load_evaluator(
         ValueError: ``adapter`` given together with ``server_url``.
 
     Example:
-        >>> rm = load_evaluator("PaCo-Reward-7B", server_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
-        >>> load_evaluator("X-GenGroup/PaCo-Reward-7B", device="cuda:1").backend.device  # doctest: +SKIP
+        >>> rm = load_paco_reward("PaCo-Reward-7B", server_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
+        >>> load_paco_reward("X-GenGroup/PaCo-Reward-7B", device="cuda:1").backend.device  # doctest: +SKIP
         device(type='cuda', index=1)
     """
     from paco_reward import PacoReward
@@ -154,9 +159,9 @@ class ConsistencyReward(BaseReward):
         layout: the layout when neither ``metadata["layout"]`` nor the prompt names one.
         template: ``"consistency"`` (theme) or ``"criteria"``.
         symmetric: score both panel orders and average (position-bias control).
-        device: where an in-process evaluator is loaded (see :func:`load_evaluator`); kept
+        device: where an in-process evaluator is loaded (see :func:`load_paco_reward`); kept
             with its index as ``self.device`` (``None`` for a served evaluator).
-        **load_kwargs: for :func:`load_evaluator` (dtype, batch_size, timeout, ...).
+        **load_kwargs: for :func:`load_paco_reward` (dtype, batch_size, timeout, ...).
 
     Example:
         >>> reward = ConsistencyReward("X-GenGroup/PaCo-Reward-7B")      # doctest: +SKIP
@@ -185,7 +190,7 @@ class ConsistencyReward(BaseReward):
                 f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
                 f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
             )
-        self.evaluator = load_evaluator(
+        self.evaluator = load_paco_reward(
             model, adapter, server_url, api_key, device=device, **load_kwargs
         )
         self.device = _evaluator_device(self.evaluator)
@@ -325,7 +330,7 @@ class EditConsistencyReward(BaseReward):
                 f"reference_aggregation must be one of {REFERENCE_AGGREGATIONS}; got "
                 f"{reference_aggregation!r}."
             )
-        self.evaluator = load_evaluator(
+        self.evaluator = load_paco_reward(
             model, adapter, server_url, api_key, device=device, **load_kwargs
         )
         self.device = _evaluator_device(self.evaluator)

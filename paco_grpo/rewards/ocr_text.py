@@ -33,7 +33,7 @@ import unicodedata
 
 from paco_reward.errors import PromptError
 
-__all__ = ["edit_distance", "normalise_text", "ocr_score", "quoted_text"]
+__all__ = ["edit_distance", "normalize_text", "ocr_score", "quoted_text"]
 
 # A span between straight double quotes, or between typographic ones.
 _QUOTED = re.compile(r'"([^"]*)"|“([^“”]*)”')
@@ -65,16 +65,16 @@ def quoted_text(prompt: str) -> str:
             "for in double quotes, e.g. 'A shop sign that says \"OPEN\"'."
         )
     text = " ".join(spans)
-    if not normalise_text(text):
+    if not normalize_text(text):
         raise PromptError(f"the quoted text of {prompt[:80]!r} is empty; quote the text to render.")
     return text
 
 
-def normalise_text(text: str) -> str:
+def normalize_text(text: str) -> str:
     """``text`` as the reward compares it: NFKC, case-folded, every whitespace character removed.
 
     Example:
-        >>> normalise_text("Straße\\n Ｃafé")
+        >>> normalize_text("Straße\\n Ｃafé")
         'strassecafé'
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
@@ -123,6 +123,6 @@ def ocr_score(read: str, prompt: str) -> float:
         >>> ocr_score("", 'A sign that says "OPEN"'), ocr_score("OPEN NOW", 'A sign: "open"')
         (0.0, 0.25)
     """
-    target = normalise_text(quoted_text(prompt))
-    distance = edit_distance(normalise_text(read), target, cutoff=len(target))
+    target = normalize_text(quoted_text(prompt))
+    distance = edit_distance(normalize_text(read), target, cutoff=len(target))
     return 1.0 - distance / len(target)

@@ -3,7 +3,7 @@
 :func:`build_tiny_qwen_image` writes an ordinary diffusers folder with the four parts of
 ``Qwen/Qwen-Image``: a ``QwenImageTransformer2DModel``, an ``AutoencoderKLQwenImage``, a
 Qwen2.5-VL text encoder with its tokenizer (the tiny evaluator model of
-:func:`paco_reward.testing.qwen.build_tiny_model`, loaded back through
+:func:`paco_reward.testing.qwen.build_tiny_qwen2_5_vl`, loaded back through
 ``from_pretrained``) and Qwen-Image's scheduler config. It loads with
 ``QwenImagePipeline.from_pretrained`` as the real model does::
 
@@ -49,11 +49,11 @@ def tiny_qwen_image_components(
     )
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2VLProcessor
 
-    from paco_reward.testing.qwen import build_tiny_model
+    from paco_reward.testing.qwen import build_tiny_qwen2_5_vl
 
     z_dim = 4
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(Path(tmp) / "qwen-vl", seed=seed)
+        path = build_tiny_qwen2_5_vl(Path(tmp) / "qwen-vl", seed=seed)
         text_encoder = Qwen2_5_VLForConditionalGeneration.from_pretrained(path)
         loaded = AutoProcessor.from_pretrained(path)
     # Qwen-Image-Edit ships a Qwen2VLProcessor around Qwen2.5-VL's tokenizer/image processor

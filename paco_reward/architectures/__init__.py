@@ -26,7 +26,7 @@ __all__ = [
     "ArchitectureError",
     "MODELS",
     "build_empty",
-    "default_dtype",
+    "default_dtype_set_to",
     "count_parameters",
     "model_config",
     "shipped_config",
@@ -83,7 +83,7 @@ def build_empty(config: dict[str, Any], dtype=None):
     transformers; parameters in ``dtype`` (default: torch's, float32)."""
     import torch
 
-    with torch.device("meta"), default_dtype(dtype or torch.get_default_dtype()):
+    with torch.device("meta"), default_dtype_set_to(dtype or torch.get_default_dtype()):
         if "_class_name" in config:
             import diffusers
 
@@ -98,7 +98,7 @@ def build_empty(config: dict[str, Any], dtype=None):
 
 
 @contextlib.contextmanager
-def default_dtype(dtype) -> Iterator[None]:
+def default_dtype_set_to(dtype) -> Iterator[None]:
     """Parameters created inside are ``dtype`` from the start (no float32 copy first)."""
     import torch
 

@@ -1,8 +1,8 @@
 """``paco-reward serve``: an OpenAI-compatible, micro-batched reward server (needs the
 ``serve`` extra: fastapi, uvicorn).
 
-Imports are lazy, so ``paco_reward.server.cli`` (registered in ``paco-reward``) costs
-nothing until ``serve`` runs.
+Imports are lazy, so the ``serve`` command of ``paco_reward.cli`` costs nothing until it
+runs (its arguments' :class:`~paco_reward.server.config.ServerConfig` is the one light module).
 
     >>> from paco_reward.server import ServerConfig, create_app   # doctest: +SKIP
 """

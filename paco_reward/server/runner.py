@@ -103,7 +103,7 @@ class ServerProcess:
         self.command = [
             sys.executable,
             "-m",
-            "paco_reward.server.cli",
+            "paco_reward.cli",
             "serve",
             str(model),
             "--port",

@@ -1,13 +1,13 @@
 """Tiny, randomly initialised Qwen2.5-VL evaluators built offline.
 
 Tests, the demo and the benchmarks never reach a model hub. They call
-:func:`build_tiny_model`, which writes an ordinary Hugging Face folder (config,
+:func:`build_tiny_qwen2_5_vl`, which writes an ordinary Hugging Face folder (config,
 safetensors weights, tokenizer, image processor, chat template) that loads
 through exactly the path a user takes with ``X-GenGroup/PaCo-Reward-7B``::
 
-    >>> from paco_reward.testing import build_tiny_model
+    >>> from paco_reward.testing import build_tiny_qwen2_5_vl
     >>> from paco_reward import PacoReward
-    >>> path = build_tiny_model("/tmp/tiny-paco")          # doctest: +SKIP
+    >>> path = build_tiny_qwen2_5_vl("/tmp/tiny-paco")          # doctest: +SKIP
     >>> rm = PacoReward.from_pretrained(path)              # doctest: +SKIP
 
 The tokenizer is a byte-level BPE trained on the fly with Qwen's special tokens
@@ -200,7 +200,7 @@ def tiny_config_dict(tokenizer, vllm_compatible: bool = False, **overrides: Any)
     return {"text_config": text, "vision_config": vision, **top}
 
 
-def build_tiny_model(
+def build_tiny_qwen2_5_vl(
     output_dir: str | Path,
     seed: int = 0,
     min_pixels: int = 28 * 28,
@@ -226,7 +226,7 @@ def build_tiny_model(
         ``AutoProcessor.from_pretrained``.
 
     Example:
-        >>> path = build_tiny_model("/tmp/tiny-paco", seed=0)   # doctest: +SKIP
+        >>> path = build_tiny_qwen2_5_vl("/tmp/tiny-paco", seed=0)   # doctest: +SKIP
     """
     import torch
     from transformers import (
@@ -289,7 +289,7 @@ TINY_VISION_TOWERS: dict[str, dict[str, Any]] = {
 
 
 # Qwen2.5-VL-7B-Instruct's shape, for random-weight speed runs on a GPU
-# (`build_tiny_model(dir, **QWEN_7B_SHAPE)`); the tokenizer stays the tiny one.
+# (`build_tiny_qwen2_5_vl(dir, **QWEN_7B_SHAPE)`); the tokenizer stays the tiny one.
 QWEN_7B_SHAPE: dict[str, Any] = {
     "text_config": {
         "vocab_size": 152064,

@@ -2,7 +2,7 @@
 
 For each row the prompt is rendered by :func:`paco_reward.local_backend.render_prompt_ids`
 (the function ``LocalBackend.prompt_ids`` uses) and its image placeholders are expanded by
-:func:`paco_reward.local_backend.expand_image_tokens`; the images go through
+:func:`paco_reward.host_inputs.expand_image_tokens`; the images go through
 :func:`paco_reward.images.load_image` and :func:`paco_reward.images.resize_for_model`.
 So the tokens before the answer are exactly the ones the scorer feeds the model.
 
@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from paco_reward.errors import InputError
+from paco_reward.host_inputs import expand_image_tokens
 from paco_reward.images import ImagePolicy, load_image, resize_for_model
-from paco_reward.local_backend import expand_image_tokens, render_prompt_ids
+from paco_reward.local_backend import render_prompt_ids
 from paco_reward.templates import format_answer, render_instruction
+from paco_reward.training.loss import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
-
-IGNORE_INDEX = -100
 
 
 def format_reasoning_first(label: bool, reasons: str = "") -> str:

@@ -18,7 +18,11 @@ from typing import Any
 
 from paco_reward.errors import ConfigError, PathNotFoundError
 from paco_reward.hub import HUB_KWARGS
-from paco_reward.modeling import load_evaluator, merger_module_names, vision_tower
+from paco_reward.modeling import (
+    load_evaluator_model_and_processor,
+    merger_module_names,
+    vision_tower,
+)
 from paco_reward.training.sft_config import (
     LM_LINEAR_LAYERS,
     TOY_DATASET,
@@ -47,11 +51,11 @@ def build_or_locate_model(args: PacoSFTConfig) -> str:
         )
     path = Path(args.model_name_or_path)
     if args.tiny_model and not (path / "config.json").is_file():
-        from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
+        from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_qwen2_5_vl
 
         side = args.image_max_pixels or 28 * 28
         logger.info("Building a from-scratch tiny Qwen2.5-VL at %s", path)
-        build_tiny_model(
+        build_tiny_qwen2_5_vl(
             path,
             seed=args.seed,
             min_pixels=args.image_min_pixels or side,
@@ -150,7 +154,7 @@ def load_model_and_processor(args: PacoSFTConfig):
     path = build_or_locate_model(args)
     lora_target_regex(args)  # an unknown target fails before the weights load
     kwargs, hub = model_init_kwargs(args)
-    model, processor = load_evaluator(path, processor_kwargs=hub, **kwargs)
+    model, processor = load_evaluator_model_and_processor(path, processor_kwargs=hub, **kwargs)
     visual = vision_tower(model)
     if args.use_lora:
         model.requires_grad_(False)

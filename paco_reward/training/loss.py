@@ -99,7 +99,7 @@ def token_weights(labels: torch.Tensor, alpha: float | None, mode: str = "paper"
     return weights
 
 
-def loss_normaliser(labels: torch.Tensor, mode: str = "paper", shifted: bool = False) -> int:
+def loss_normalizer(labels: torch.Tensor, mode: str = "paper", shifted: bool = False) -> int:
     """What the loss is divided by: the number of sequences with a supervised token
     (``paper``) or of supervised tokens (``reference``). ``labels`` are unshifted unless
     ``shifted=True``."""
@@ -152,7 +152,7 @@ def first_token_weighted_loss(
     ).view_as(shift_labels)
     total = (weights * ce).sum()
     if num_items is None:
-        num_items = loss_normaliser(shift_labels, mode, shifted=True)
+        num_items = loss_normalizer(shift_labels, mode, shifted=True)
     if torch.is_tensor(num_items):
         num_items = num_items.to(total.device, total.dtype)
     elif num_items == 0:

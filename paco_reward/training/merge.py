@@ -28,6 +28,9 @@ def merge_lora(
     output_dir: str | Path,
     dtype: torch.dtype | str | None = None,
     model_card: str | None = None,
+    *,
+    device: str | torch.device | None = None,
+    attn_implementation: str | None = None,
     **hub: Any,
 ) -> Path:
     """Load ``base`` + ``adapter``, merge the LoRA weights in, save to ``output_dir``.
@@ -39,6 +42,10 @@ def merge_lora(
         dtype: weight dtype of the saved model (default: the base model's config dtype,
             float32 if none).
         model_card: README text to write next to the weights (default: a short card).
+        device: where the weights are loaded and merged (default: the CPU; a bare ``"cuda"``
+            is this process's GPU).
+        attn_implementation: the attention kernel the base loads with (``"sdpa"``,
+            ``"eager"``, ...; the saved weights are the same whichever).
         **hub: where ``base``'s files come from (``revision``, ``cache_dir``, ``token``,
             ``local_files_only``, ``trust_remote_code``): those the adapter was trained on.
 
@@ -50,8 +57,9 @@ def merge_lora(
         FileNotFoundError: if ``adapter`` has no ``adapter_config.json``.
         WeightsMismatchError: a weight of the base or the adapter is missing or unexpected.
     """
+    from paco_reward.devices import resolve_device
     from paco_reward.hub import hub_kwargs
-    from paco_reward.modeling import load_adapter, load_evaluator
+    from paco_reward.modeling import load_adapter, load_evaluator_model_and_processor
 
     hub = hub_kwargs(**hub)
     adapter, output_dir = Path(adapter), Path(output_dir)
@@ -63,11 +71,15 @@ def merge_lora(
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     own_processor = (adapter / "tokenizer_config.json").is_file()  # a training output's copy
-    model, processor = load_evaluator(
+    placement = {} if device is None else {"device_map": str(resolve_device(device))}
+    if attn_implementation is not None:
+        placement["attn_implementation"] = attn_implementation
+    model, processor = load_evaluator_model_and_processor(
         base,
         processor_source=adapter if own_processor else base,
         processor_kwargs=None if own_processor else hub,
         dtype=dtype or "auto",
+        **placement,
         **hub,
     )
     model = load_adapter(model, adapter).merge_and_unload()

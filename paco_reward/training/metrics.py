@@ -20,15 +20,7 @@ import math
 
 import numpy as np
 
-
-def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve (scikit-learn's; ties count half); NaN without both classes."""
-    from sklearn.metrics import roc_auc_score
-
-    labels = np.asarray(labels).astype(bool)
-    if labels.all() or not labels.any():
-        return math.nan
-    return float(roc_auc_score(labels, np.asarray(scores, dtype=np.float64)))
+from paco_reward.metrics import roc_auc
 
 
 def decision_metrics(

@@ -2,10 +2,10 @@
 architecture on the meta device (see :mod:`paco_reward.planning` for how each figure is
 counted).
 
-    >>> from paco_reward.training.cli import load_recipe
+    >>> from paco_reward.training import PacoSFTConfig
     >>> from paco_reward.training.planning import plan_sft
-    >>> plan = plan_sft(load_recipe("recipes/paco_reward_7b_lora.yaml"), num_processes=8,
-    ...                 gpu_memory_gb=80, sharded=True)                  # doctest: +SKIP
+    >>> plan = plan_sft(PacoSFTConfig.from_yaml("recipes/paco_reward_7b_lora.yaml"),
+    ...                 num_processes=8, gpu_memory_gb=80, sharded=True)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _meta_model(config, architecture: dict[str, Any]):
 
 
 def _weights_dtype(config) -> str:
-    return config.model_dtype if config.model_dtype != "auto" else "bfloat16"
+    return config.dtype if config.dtype != "auto" else "bfloat16"
 
 
 def _max_pixels(config, architecture: dict[str, Any]) -> int:

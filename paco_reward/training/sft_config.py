@@ -5,7 +5,9 @@ A trl ``SFTConfig``: every field of ``transformers.TrainingArguments`` and of tr
 checkpointing, DeepSpeed/FSDP, checkpointing, ...), plus the fields below. Where trl changes
 a ``TrainingArguments`` default (bf16, gradient checkpointing, logging steps, learning rate,
 max_length), the ``TrainingArguments`` one is kept, so a recipe means what it says. A YAML
-recipe maps 1:1 onto these fields (see ``recipes/``). Gradient checkpointing is written
+recipe maps 1:1 onto these fields (see ``recipes/``): :meth:`PacoSFTConfig.from_yaml` loads
+one (``{"key": value}`` overrides on top), :meth:`~PacoSFTConfig.to_yaml` writes one, as
+``GRPOConfig`` does; a run saves its own as ``training_config.yaml``. Gradient checkpointing is written
 ``gradient_checkpointing``, as in ``GRPOConfig``; it sets what transformers 5 calls
 ``activation_checkpointing`` (a recipe may use that name too).
 
@@ -25,9 +27,10 @@ from trl import SFTConfig
 from paco_reward.errors import ConfigError
 from paco_reward.hub import check_kwargs
 from paco_reward.training.loss import LOSS_MODES
+from paco_reward.yaml_config import YAMLConfig
 
 TOY_DATASET = "toy-colour-pairs"
-MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Linear layers of a Qwen-VL language model (attention + MLP; the same names in Qwen2.5-VL and
 # Qwen3-VL), matched only inside ``language_model`` so the vision tower's identically named
 # MLP layers are left alone.
@@ -50,20 +53,28 @@ CHECKPOINTING = {
 }
 # model_init_kwargs keys that are fields of their own, and the field to set instead.
 MODEL_INIT_RESERVED = {
-    "dtype": "the model_dtype field",
-    "torch_dtype": "the model_dtype field",
+    "dtype": "the dtype field",
+    "torch_dtype": "the dtype field",
     "attn_implementation": "the attn_implementation field",
     "trust_remote_code": "the trust_remote_code field",
 }
 
 
 @dataclass
-class PacoSFTConfig(SFTConfig):
+class PacoSFTConfig(YAMLConfig, SFTConfig):
     """Arguments of :class:`~paco_reward.training.PacoSFTTrainer` (see the module docstring).
 
     Defaults follow the paper (arXiv 2512.04784): LoRA r=32, alpha=64, dropout 0 on every
     linear layer of the language model, vision tower and merger frozen, α = 0.1.
+
+    Example:
+        >>> cfg = PacoSFTConfig.from_yaml("recipes/paco_reward_7b_lora.yaml",
+        ...                               {"max_steps": 100, "use_cpu": True})  # doctest: +SKIP
+        >>> cfg.to_yaml("runs/7b/training_config.yaml")                         # doctest: +SKIP
     """
+
+    # Never written by to_yaml: keep a hub token in HF_TOKEN.
+    SECRET_FIELDS = ("hub_token",)
 
     # ------------------------------------------------------------------ TrainingArguments defaults
     learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate."})
@@ -115,7 +126,7 @@ class PacoSFTConfig(SFTConfig):
     tiny_model: bool = field(
         default=False,
         metadata={
-            "help": "Build a from-scratch tiny Qwen2.5-VL (paco_reward.testing.build_tiny_model; "
+            "help": "Build a from-scratch tiny Qwen2.5-VL (paco_reward.testing.build_tiny_qwen2_5_vl; "
             "its pixel budget from image_min/max_pixels) at model_name_or_path when that folder "
             "does not exist (CPU recipes, tests)."
         },
@@ -128,10 +139,10 @@ class PacoSFTConfig(SFTConfig):
             "see paco_reward.testing.qwen.TINY_VISION_TOWERS."
         },
     )
-    model_dtype: str = field(
+    dtype: str = field(
         default="auto",
         metadata={
-            "help": f"dtype the weights are loaded in, one of {MODEL_DTYPES}; 'auto' = bfloat16 "
+            "help": f"dtype the weights are loaded in, one of {DTYPES}; 'auto' = bfloat16 "
             "when bf16 is set, else float32."
         },
     )
@@ -148,7 +159,7 @@ class PacoSFTConfig(SFTConfig):
             "(AutoModelForImageTextToText; trl's name), e.g. {revision: v1.0, device_map: auto, "
             "low_cpu_mem_usage: true}. The hub ones (revision, cache_dir, token, "
             "local_files_only) load the processor too. The dtype and attention kernel are "
-            "model_dtype and attn_implementation; device_map is dropped when several "
+            "dtype and attn_implementation; device_map is dropped when several "
             "processes train. Keep a hub token in HF_TOKEN, not here: the config is saved "
             "with the run."
         },
@@ -276,8 +287,8 @@ class PacoSFTConfig(SFTConfig):
             )
         if self.loss_mode not in LOSS_MODES:
             raise ConfigError(f"loss_mode {self.loss_mode!r} is not one of {LOSS_MODES}.")
-        if self.model_dtype not in MODEL_DTYPES:
-            raise ConfigError(f"model_dtype {self.model_dtype!r} is not one of {MODEL_DTYPES}.")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r} is not one of {DTYPES}.")
         if self.lora_r <= 0 or self.lora_alpha <= 0:
             raise ConfigError(
                 f"lora_r and lora_alpha must be positive; got {self.lora_r!r}, {self.lora_alpha!r}."
@@ -341,6 +352,6 @@ class PacoSFTConfig(SFTConfig):
         """The dtype model weights are loaded in."""
         import torch
 
-        if self.model_dtype == "auto":
+        if self.dtype == "auto":
             return torch.bfloat16 if self.bf16 else torch.float32
-        return getattr(torch, self.model_dtype)
+        return getattr(torch, self.dtype)

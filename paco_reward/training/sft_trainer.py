@@ -37,7 +37,7 @@ from paco_reward.errors import InputError, InputTypeError
 from paco_reward.modeling import load_vision_language_model, vision_tower
 from paco_reward.training.callbacks import MetricsFileCallback
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
-from paco_reward.training.loss import first_token_weighted_loss, loss_normaliser
+from paco_reward.training.loss import first_token_weighted_loss, loss_normalizer
 from paco_reward.training.metrics import compute_decision_metrics
 from paco_reward.training.sft_config import PacoSFTConfig
 from paco_reward.yes_no import YesNoTokens, yes_probability
@@ -154,7 +154,7 @@ class PacoSFTTrainer(SFTTrainer):
             collator.reasoning_first = self.in_reasoning_warmup()
         batch_samples, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
         count = sum(
-            loss_normaliser(b["labels"], self.args.loss_mode)
+            loss_normalizer(b["labels"], self.args.loss_mode)
             for b in batch_samples
             if "labels" in b
         )

@@ -209,7 +209,8 @@ def test_rows_feed_the_trainer_with_the_scorer_prompt_tokens(exported, tiny_mode
 
 
 def test_leakage_probe(exported):
-    from data_pipeline.probe import leakage_probe, roc_auc
+    from data_pipeline.probe import leakage_probe
+    from paco_reward.metrics import roc_auc
 
     work, _, _ = exported
     report = leakage_probe(work / "export" / "hf")
@@ -217,8 +218,8 @@ def test_leakage_probe(exported):
     # The label needs both images: the pair beats either image alone.
     assert report["pair_distance_auc"] > 0.65
     assert report["pair_features_auc"] > max(report["image_a_only_auc"], report["image_b_only_auc"])
-    assert roc_auc(np.array([1, 0]), np.array([0.2, 0.9])) == 0.0
-    assert np.isnan(roc_auc(np.array([1, 1]), np.array([0.2, 0.9])))
+    assert roc_auc(np.array([0.2, 0.9]), np.array([1, 0])) == 0.0
+    assert np.isnan(roc_auc(np.array([0.2, 0.9]), np.array([1, 1])))
 
 
 def test_truth_pairs_are_labelled_by_ground_truth(exported):

@@ -13,7 +13,7 @@ from data_pipeline.rankings import (
     load_rankings,
     merge_instance,
     merge_rankings,
-    normalise_ranking,
+    normalize_ranking,
     pairwise_agreement,
 )
 from data_pipeline.storage import DataPipelineError
@@ -83,9 +83,9 @@ def test_pairing_config_validation(kwargs, match):
         PairingConfig(**kwargs)
 
 
-def test_normalise_ranking_ties():
-    assert normalise_ranking({"ranking": [2, [0, 1], 3]}, 4) == [[2], [0, 1], [3]]
-    assert normalise_ranking({"order": [2, 0, 1, 3], "ties": [[1, 3]]}, 4) == [[2], [0], [1, 3]]
+def test_normalize_ranking_ties():
+    assert normalize_ranking({"ranking": [2, [0, 1], 3]}, 4) == [[2], [0, 1], [3]]
+    assert normalize_ranking({"order": [2, 0, 1, 3], "ties": [[1, 3]]}, 4) == [[2], [0], [1, 3]]
 
 
 @pytest.mark.parametrize(
@@ -98,9 +98,9 @@ def test_normalise_ranking_ties():
         ({"ranking": [0, 1, 2]}, "every candidate 0..3"),
     ],
 )
-def test_normalise_ranking_errors(record, match):
+def test_normalize_ranking_errors(record, match):
     with pytest.raises(DataPipelineError, match=match):
-        normalise_ranking(record, 4, "x")
+        normalize_ranking(record, 4, "x")
 
 
 def test_merge_borda_and_majority():

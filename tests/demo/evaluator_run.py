@@ -28,8 +28,7 @@ def main(
     from paco_reward import PacoReward
     from paco_reward.baselines import CLIPImageScorer
     from paco_reward.testing.clip import build_tiny_clip
-    from paco_reward.training import PacoSFTConfig
-    from paco_reward.training.cli import run_training
+    from paco_reward.training import PacoSFTConfig, run_training
     from paco_reward.training.loading import load_pair_dataset_dict
 
     start = time.perf_counter()

@@ -12,7 +12,7 @@ import sys
 
 from demo import pretrained
 from demo.__main__ import STAGES
-from paco_reward.cached_folder import build_once
+from demo.cached_folder import build_once
 
 
 def test_every_model_a_stage_needs_has_exactly_one_worker():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from demo import rl_arm
 
@@ -24,7 +25,7 @@ def test_one_arm_runs_with_the_overrides_on_top_of_the_stages_settings(
         "--clip", str(tiny_world_models["world_clip"]),
     ]  # fmt: skip
     assert rl_arm.main(argv) == 0
-    config = json.loads((out / "config.json").read_text())
+    config = yaml.safe_load((out / "training_config.yaml").read_text())
     assert config["learning_rate"] == 0.004 and config["num_train_epochs"] == 1
     assert config["train"]["resolution"] == 32 and config["test"]["resolution"] == 64
     assert config["seed"] == 1 and config["aggregator"] == "log_tamed"

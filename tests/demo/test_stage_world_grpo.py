@@ -5,12 +5,12 @@ every table with images that exist."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 import demo.stage_world_grpo as stage
@@ -65,11 +65,8 @@ def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, w
 
     for arm, runs in results.items():
         for seed, run in runs.items():
-            config = json.loads(
-                (
-                    tmp_path / "out" / "world_grpo" / f"{arm.slug}_seed{seed}" / "config.json"
-                ).read_text()
-            )
+            run = tmp_path / "out" / "world_grpo" / f"{arm.slug}_seed{seed}"
+            config = yaml.safe_load((run / "training_config.yaml").read_text())
             assert config["train"]["resolution"] == 64 * arm.resolution_fraction
             assert config["aggregator"] == arm.aggregator
             assert len(run["history"]) == 2

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from data_pipeline.synthetic import ATTRIBUTES
+from demo.cached_folder import read_info
 from demo.world_editor import (
     HELD_OUT_START,
     INFO_FILE,
@@ -24,7 +25,6 @@ from demo.world_editor import (
     sample_edits,
 )
 from demo.world_generator import GeneratorConfig, generator_world
-from paco_reward.cached_folder import read_info
 
 TINY_EDITOR = EditorConfig(edits=12, steps=3, batch_size=4)
 

@@ -104,7 +104,7 @@ def test_nan_rewards_get_zero_advantage_and_leave_group_stats(caplog):
     np.testing.assert_allclose(out.advantages, [-1.0, 1.0, 0.0, 0.0])
 
 
-def test_weighted_advantage_sum_normalises_each_reward_first():
+def test_weighted_advantage_sum_normalizes_each_reward_first():
     rewards = {"a": np.array([0.0, 1.0, 0.0, 1.0]), "b": np.array([100.0, 300.0, 300.0, 100.0])}
     adv = weighted_advantage_sum(rewards, {"a": 1.0, "b": 1.0}, [0, 0, 1, 1], std_scope="group")
     # each reward contributes +-1 whatever its scale, so b cannot drown a

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from paco_grpo.cli import COMMANDS, TinyArguments, main, tiny_command_name
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
@@ -90,17 +91,17 @@ def test_every_field_has_help():
 def test_unknown_keys_fail(tmp_path):
     """An unknown key, a misspelling or a name this config does not use, fails naming it
     and listing the valid keys of its section."""
-    with pytest.raises(ConfigError, match=r"Unknown config key\(s\) \['lerning_rate'\]"):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lerning_rate'\]"):
         GRPOConfig.from_dict({**BASE, "lerning_rate": 1.0})
     with pytest.raises(ConfigError, match=r"\['max_epochs'\] for GRPOConfig; valid keys: .*'num_"):
         GRPOConfig.from_dict({**BASE, "max_epochs": 1})
-    with pytest.raises(ConfigError, match=r"Unknown config key\(s\) \['train.resolutoin'\]"):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['train.resolutoin'\]"):
         GRPOConfig.from_dict({**BASE, "train": {"resolutoin": 512}})
     with pytest.raises(ConfigError, match=r"\['test.batch_size'\] for EvalSection; valid keys"):
         GRPOConfig.from_dict({**BASE, "test": {"batch_size": 2}})
     recipe = tmp_path / "r.yaml"
     recipe.write_text("- a\n- b\n")
-    with pytest.raises(ConfigError, match="must be a YAML mapping"):
+    with pytest.raises(ConfigError, match="must be a mapping of config fields"):
         GRPOConfig.from_yaml(recipe)
     with pytest.raises(ConfigError, match="'num_train_epochs' is not a section"):
         GRPOConfig.from_yaml(
@@ -110,15 +111,19 @@ def test_unknown_keys_fail(tmp_path):
         GRPOConfig.from_dict({**BASE, "test": 3})
 
 
-def test_save_json_round_trips(tmp_path):
-    cfg = GRPOConfig.from_dict({**BASE, "train": {"resolution": 256}})
-    cfg.save_json(tmp_path / "c.json")
-    data = json.loads((tmp_path / "c.json").read_text())
-    assert data.pop("paco_rl_version")
+def test_to_yaml_round_trips(tmp_path):
+    """As PacoSFTConfig's: every field and the version, reloaded as the same config."""
+    import paco_reward
+
+    cfg = GRPOConfig.from_dict({**BASE, "train": {"resolution": 256}, "bf16": True})
+    path = cfg.to_yaml(tmp_path / "training_config.yaml")
+    data = yaml.safe_load(path.read_text())
+    assert data.pop("paco_rl_version") == paco_reward.__version__
+    assert data["train"]["resolution"] == 256 and data["bf16"] is True
     assert GRPOConfig.from_dict(data) == cfg
     # the file as written (version included) reloads like a recipe, overrides too
-    assert GRPOConfig.from_yaml(tmp_path / "c.json") == cfg
-    assert GRPOConfig.from_yaml(tmp_path / "c.json", {"seed": 7}).seed == 7
+    assert GRPOConfig.from_yaml(path) == cfg
+    assert GRPOConfig.from_yaml(path, {"seed": 7}).seed == 7
 
 
 def test_the_recipes_commented_cps_setting_loads():
@@ -137,7 +142,7 @@ def test_the_recipes_commented_cps_setting_loads():
         ({"rewards": {"a": -1.0}}, "rewards weights must be numbers >= 0"),
         ({"prompt_format": "csv"}, "prompt_format must be one of"),
         ({"dtype": "float8"}, "dtype must be one of"),
-        ({"mixed_precision": "fp8"}, "mixed_precision must be one of"),
+        ({"bf16": True, "fp16": True}, "bf16 and fp16 are both set"),
         ({"aggregator": "sum"}, "aggregator must be one of"),
         ({"std_scope": "batch"}, "std_scope must be one of"),
         ({"normalization": "none"}, "normalization must be one of"),
@@ -155,7 +160,7 @@ def test_the_recipes_commented_cps_setting_loads():
         ({"epsilon": 0.0}, "epsilon and adv_clip_max must be > 0"),
         ({"beta": -1.0}, "beta must be >= 0"),
         ({"ema_decay": 1.0}, r"ema_decay must be in \[0, 1\)"),
-        ({"save_every": -1}, "save_every, num_sample_images and warmup_steps must be >= 0"),
+        ({"save_epochs": -1}, "save_epochs, num_sample_images and warmup_steps must be >= 0"),
         ({"lora_target_modules": []}, "lora_target_modules is empty"),
         ({"reward_kwargs": {"consistency": {}}}, r"reward_kwargs names \['consistency'\]"),
         ({"train": {"resolution": 500}}, "train.resolution must be a positive multiple of 16"),
@@ -216,7 +221,7 @@ def test_cli_reports_config_errors(capsys, tmp_path):
     recipe.write_text(Path("recipes/grpo_tiny_cpu.yaml").read_text() + "max_epochs: 1\n")
     assert main(["train", str(recipe)]) == 1
     err = capsys.readouterr().err
-    assert "Unknown config key(s) ['max_epochs']" in err and "Traceback" not in err
+    assert "unknown key(s) ['max_epochs']" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
         main(["train", "recipes/grpo_tiny_cpu.yaml", "--lerning_rate", "1"])
     assert usage.value.code == 2
@@ -241,7 +246,7 @@ def test_cli_trains_tiny_recipe(tmp_path, capsys):
             str(tmp_path / "out"),
             "--num_train_epochs",
             "2",
-            "--test.every",
+            "--test.eval_epochs",
             "0",
             "--report_to",
             "none",
@@ -272,8 +277,7 @@ def test_lora_targets_left_out_are_the_pipelines_own(pipeline, tmp_path):
     prompts = "p.parquet" if spec.edits else "p.txt"
     cfg = GRPOConfig.from_dict({**BASE, "prompt_file": prompts, "pipeline": pipeline})
     assert cfg.lora_target_modules == list(spec.lora_target_modules)
-    cfg.save_json(tmp_path / "config.json")
-    assert GRPOConfig.from_yaml(tmp_path / "config.json") == cfg
+    assert GRPOConfig.from_yaml(cfg.to_yaml(tmp_path / "training_config.yaml")) == cfg
 
 
 def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):

@@ -49,9 +49,9 @@ def _common(flux_dir, out: Path) -> dict:
         "num_iterations": 2,
         "lr_scheduler_type": "cosine",
         "warmup_steps": 2,
-        "test.every": 0,
+        "test.eval_epochs": 0,
         "num_sample_images": 0,
-        "save_every": 1,
+        "save_epochs": 1,
     }
 
 
@@ -86,7 +86,7 @@ def test_two_processes_follow_the_one_process_lr_schedule_and_resume_bit_for_bit
     assert two[0]["history"][1]["train/loss"] != two[1]["history"][1]["train/loss"]  # ranks differ
 
     # the run's saved config reloads as the config it ran with
-    saved = GRPOConfig.from_yaml(tmp_path / "two" / "config.json")
+    saved = GRPOConfig.from_yaml(tmp_path / "two" / "training_config.yaml")
     assert saved.per_device_train_batch_size == 8 and saved.lr_scheduler_type == "cosine"
     assert saved == GRPOConfig.from_yaml(
         RECIPE, {**_common(flux_dir, tmp_path / "two"), "per_device_train_batch_size": 8}

@@ -63,7 +63,7 @@ def test_kontext_trainer_runs_epochs_and_checkpoint_reloads(kontext_dir, tmp_pat
     from diffusers import FluxKontextPipeline
 
     reward = _MeanColourReward()
-    cfg = _config(kontext_dir, tmp_path, **{"num_train_epochs": 2, "test.every": 2})
+    cfg = _config(kontext_dir, tmp_path, **{"num_train_epochs": 2, "test.eval_epochs": 2})
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": reward})
     before = [p.detach().clone() for p in trainer.params]
     history = trainer.train()
@@ -101,7 +101,7 @@ def test_kontext_policy_learns_a_movable_edit_reward(kontext_dir, tmp_path):
     cfg = _config(
         kontext_dir,
         tmp_path,
-        **{"num_train_epochs": 12, "test.every": 0, "save_every": 0, "num_sample_images": 0},
+        **{"num_train_epochs": 12, "test.eval_epochs": 0, "save_epochs": 0, "num_sample_images": 0},
     )
     history = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _MeanColourReward()}).train()
     rewards = [row["reward/panel_colour_agreement/mean"] for row in history]
@@ -125,7 +125,7 @@ class _WideSourceReward:
 
 def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
     cfg = _config(
-        kontext_dir, tmp_path, **{"num_train_epochs": 1, "test.every": 0, "num_iterations": 1}
+        kontext_dir, tmp_path, **{"num_train_epochs": 1, "test.eval_epochs": 0, "num_iterations": 1}
     )
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": _WideSourceReward()})
     keys = [trainer.group_key(it) for it in trainer.items]
@@ -159,7 +159,7 @@ def test_qwen_image_edit_trainer_runs_and_checkpoint_reloads(tmp_path):
 
     model_dir = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     overrides = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "out")}
-    overrides.update({"report_to": [], "num_train_epochs": 2, "test.every": 2})
+    overrides.update({"report_to": [], "num_train_epochs": 2, "test.eval_epochs": 2})
     overrides.update({"test.num_prompts": 2, "lora_target_modules": None})
     cfg = GRPOConfig.from_yaml(QWEN_RECIPE, overrides)
     reward = _MeanColourReward()
@@ -201,7 +201,7 @@ def test_cli_builds_tiny_kontext_and_trains_the_edit_recipe(tmp_path, capsys):
             f"--model_name_or_path={model_dir}",
             f"--output_dir={tmp_path / 'out'}",
             "--num_train_epochs=1",
-            "--test.every=0",
+            "--test.eval_epochs=0",
             "--report_to=none",
         ]
     )
@@ -260,7 +260,7 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
         "prompt_file": PROMPTS,
         "output_dir": str(tmp_path / "out"),
         "dtype": "float32",
-        "mixed_precision": "no",
+        "bf16": False,
         "rewards": {"panel_colour_agreement": 1.0},
         "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},  # edits name no layout
         "report_to": [],
@@ -274,7 +274,7 @@ def test_real_editing_recipes_run_at_tiny_scale(recipe, kontext_dir, tmp_path):
         "gradient_accumulation_steps": 2,
         "train.resolution": 96 if qwen else 32,
         "test.resolution": 64,
-        "test.every": 1,
+        "test.eval_epochs": 1,
         "test.num_prompts": 2,
     }
     cfg = GRPOConfig.from_yaml(recipe, overrides)

@@ -40,7 +40,7 @@ PROBE = str(Path(__file__).with_name("launch_probe.py"))
 FAST = {
     "num_train_epochs": 1,
     "dtype": "float32",
-    "mixed_precision": "no",
+    "bf16": False,
     "report_to": "none",
     "num_sample_images": 0,
 }

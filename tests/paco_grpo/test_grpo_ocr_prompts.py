@@ -13,7 +13,7 @@ from paco_grpo.cli import main
 from paco_grpo.data import load_prompts
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.ocr_prompts import TEMPLATES, generate_ocr_prompts, write_ocr_prompts
-from paco_grpo.rewards.ocr_text import normalise_text, quoted_text
+from paco_grpo.rewards.ocr_text import normalize_text, quoted_text
 
 DATA = Path("recipes/data")
 RECIPES = ("recipes/grpo_flux_ocr.yaml", "recipes/grpo_flux_ocr_tiny_cpu.yaml")
@@ -49,7 +49,7 @@ def test_every_prompt_loads_as_the_recipes_load_it_and_quotes_one_text(recipe):
     for item in train + test:
         assert item.metadata == {"layout": "1x1"}  # one picture, no layout taken from the text
         assert item.prompt.count('"') == 2
-        texts[item.prompt] = normalise_text(quoted_text(item.prompt))
+        texts[item.prompt] = normalize_text(quoted_text(item.prompt))
     train_texts = {texts[i.prompt] for i in train}
     test_texts = {texts[i.prompt] for i in test}
     assert len(train_texts) == 1000 and len(test_texts) == 100  # every text once

@@ -239,8 +239,8 @@ def test_one_grpo_step_changes_the_lora_and_a_resume_continues(name, tiny, tiny_
     model_dir = tiny_pipeline_dir(name)
     shape = {"prompts_per_epoch": 2, "num_generations": 4, "sample_batch_size": 8,
              "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-             "num_iterations": 1, "test.every": 0, "num_sample_images": 0,
-             "save_every": 1}  # fmt: skip
+             "num_iterations": 1, "test.eval_epochs": 0, "num_sample_images": 0,
+             "save_epochs": 1}  # fmt: skip
     first = _config(tiny, name, model_dir, num_train_epochs=1, output_dir=str(tmp_path / "a"),
                     **shape)  # fmt: skip
     trainer = GRPOTrainer(first)

@@ -43,8 +43,8 @@ def _config(flux_dir, out, **overrides) -> GRPOConfig:
         "sample_batch_size": 4,
         "per_device_train_batch_size": 8,
         "num_iterations": 1,
-        "save_every": 1,
-        "test.every": 0,
+        "save_epochs": 1,
+        "test.eval_epochs": 0,
         "num_sample_images": 0,
     }
     return GRPOConfig.from_yaml(RECIPE, {**small, **overrides})
@@ -148,7 +148,7 @@ def _train_command(nproc: int, flux_dir: Path, out: Path, url: str, *extra: str)
         "--aggregator": "weighted_sum", "--num_train_epochs": "3", "--prompts_per_epoch": "2",
         "--num_generations": "4", "--sample_batch_size": "4",
         "--per_device_train_batch_size": str(8 // nproc), "--num_iterations": "1",
-        "--save_every": "1", "--test.every": "0", "--num_sample_images": "0",
+        "--save_epochs": "1", "--test.eval_epochs": "0", "--num_sample_images": "0",
         "--report_to": "none",
     }  # fmt: skip
     argv = ["train", RECIPE, *(x for kv in flags.items() for x in kv), *extra]

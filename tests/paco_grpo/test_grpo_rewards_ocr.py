@@ -18,7 +18,7 @@ from rapidfuzz.distance import Levenshtein
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from paco_grpo.rewards import REWARDS, OCRReward, build_reward
-from paco_grpo.rewards.ocr_text import edit_distance, normalise_text, ocr_score, quoted_text
+from paco_grpo.rewards.ocr_text import edit_distance, normalize_text, ocr_score, quoted_text
 from paco_grpo.rewards.registry import _takes_device
 from paco_reward.errors import PromptError, UnsupportedModelError
 from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
@@ -55,12 +55,12 @@ def test_edit_distance_equals_rapidfuzz_on_random_strings():
         assert edit_distance(a, b, cutoff=cutoff) == min(expected, cutoff), (a, b, cutoff)
 
 
-def test_ocr_score_is_one_minus_the_clipped_normalised_distance():
+def test_ocr_score_is_one_minus_the_clipped_normalized_distance():
     rng = random.Random(1)
     scores = []
     for _ in range(2000):
         read, target = _random_string(rng), _random_string(rng)
-        if not normalise_text(target):
+        if not normalize_text(target):
             continue
         score = ocr_score(read, f'A sign that says "{target}"')
         assert score == pytest.approx(_expected_score(read, target), abs=1e-12), (read, target)
@@ -69,11 +69,11 @@ def test_ocr_score_is_one_minus_the_clipped_normalised_distance():
     assert len(scores) > 1500 and len(set(scores)) > 50  # the check saw many distinct scores
 
 
-def test_normalisation_ignores_case_whitespace_and_width_but_not_punctuation():
-    assert normalise_text(" Open\n24 /\t7\u00a0") == "open24/7"
-    assert normalise_text("ＯＰＥＮ") == "open"  # full-width forms (NFKC)
-    assert normalise_text("Cafe\u0301") == normalise_text("Café") == "café"  # composed accent
-    assert normalise_text("STRASSE") == normalise_text("Straße") == "strasse"  # case folding
+def test_normalization_ignores_case_whitespace_and_width_but_not_punctuation():
+    assert normalize_text(" Open\n24 /\t7\u00a0") == "open24/7"
+    assert normalize_text("ＯＰＥＮ") == "open"  # full-width forms (NFKC)
+    assert normalize_text("Cafe\u0301") == normalize_text("Café") == "café"  # composed accent
+    assert normalize_text("STRASSE") == normalize_text("Straße") == "strasse"  # case folding
     prompt = 'A neon sign that says "OPEN 24/7"'
     assert ocr_score("open 24/7", prompt) == 1.0
     assert ocr_score("OPEN 24-7", prompt) == pytest.approx(1 - 1 / 8)  # "open24/7": 8
@@ -147,7 +147,7 @@ def test_the_reward_scores_the_tiny_models_own_reading_of_each_image(ocr_dir, im
     prompt quotes and the model's own greedy reading of that image, in one batch and in
     several; a prompt without quoted text scores NaN with its reason."""
     readings = [_quotable(r) for r in own_readings]
-    assert all(normalise_text(r) for r in readings), own_readings  # each read something
+    assert all(normalize_text(r) for r in readings), own_readings  # each read something
     assert len(set(readings)) >= 3, own_readings  # and the readings tell images apart
     first = readings[0]
     targets = [

@@ -50,7 +50,9 @@ def test_grpo_loss_closed_form():
 
 @pytest.mark.slow
 def test_tiny_recipe_learns_panel_colour_agreement(flux_dir, tmp_path):
-    cfg = _config(flux_dir, tmp_path, **{"test.every": 0, "num_sample_images": 0, "save_every": 0})
+    cfg = _config(
+        flux_dir, tmp_path, **{"test.eval_epochs": 0, "num_sample_images": 0, "save_epochs": 0}
+    )
     trainer = GRPOTrainer(cfg)
     before = [p.detach().clone() for p in trainer.params]
     history = trainer.train()
@@ -70,7 +72,7 @@ def test_first_update_is_on_policy_and_metrics_are_logged(flux_dir, tmp_path):
         tmp_path,
         **{
             "num_train_epochs": 1,
-            "test.every": 1,
+            "test.eval_epochs": 1,
             "test.num_prompts": 3,
             "per_device_eval_batch_size": 2,
             "report_to": ["tensorboard"],
@@ -113,9 +115,9 @@ def test_first_update_is_on_policy_and_metrics_are_logged(flux_dir, tmp_path):
 def test_resume_is_bit_for_bit_and_keeps_last_checkpoints(flux_dir, tmp_path):
     common = {
         "num_train_epochs": 3,
-        "save_every": 1,
+        "save_epochs": 1,
         "save_total_limit": 2,
-        "test.every": 0,
+        "test.eval_epochs": 0,
         "num_iterations": 1,
         "num_sample_images": 0,
     }
@@ -157,7 +159,11 @@ def test_checkpoint_lora_loads_into_flux_pipeline(flux_dir, tmp_path):
     from diffusers import FluxPipeline
 
     trainer = GRPOTrainer(
-        _config(flux_dir, tmp_path, **{"num_train_epochs": 1, "test.every": 0, "num_iterations": 1})
+        _config(
+            flux_dir,
+            tmp_path,
+            **{"num_train_epochs": 1, "test.eval_epochs": 0, "num_iterations": 1},
+        )
     )
     trainer.train()
     pipe = FluxPipeline.from_pretrained(flux_dir)
@@ -221,7 +227,7 @@ def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
             "sample_batch_size": 8,
             "per_device_train_batch_size": 8,
             "num_iterations": 1,
-            "test.every": 0,
+            "test.eval_epochs": 0,
             "max_failed_fraction": 0.25,  # 2 of 8 samples fail: within it
         },
     )
@@ -280,7 +286,7 @@ def test_two_processes_gather_rewards_and_eval_without_duplicates(flux_dir, tmp_
         str(tmp_path),
         "--num_train_epochs",
         "1",
-        "--test.every",
+        "--test.eval_epochs",
         "1",
         "--test.num_prompts",
         "3",
@@ -305,7 +311,7 @@ def test_evaluation_uses_ema_weights_and_restores_training_weights(flux_dir, tmp
         tmp_path,
         **{
             "num_train_epochs": 1,
-            "test.every": 0,
+            "test.eval_epochs": 0,
             "num_iterations": 2,
             "ema_decay": 0.5,
             "test.num_prompts": 2,
@@ -338,7 +344,7 @@ def test_evaluation_uses_ema_weights_and_restores_training_weights(flux_dir, tmp
 
 def test_beta_zero_skips_the_reference_and_log_kl_logs_it_with_the_same_losses(flux_dir, tmp_path):
     """The frozen base runs only when asked: the losses are the same with and without it."""
-    common = {"num_train_epochs": 1, "test.every": 0, "num_sample_images": 0, "save_every": 0,
+    common = {"num_train_epochs": 1, "test.eval_epochs": 0, "num_sample_images": 0, "save_epochs": 0,
               "num_iterations": 1}  # fmt: skip
     plain = GRPOTrainer(_config(flux_dir, tmp_path / "a", **common)).run_epoch(0)
     logged = GRPOTrainer(_config(flux_dir, tmp_path / "b", log_kl=True, **common)).run_epoch(0)
@@ -351,8 +357,8 @@ def test_beta_zero_skips_the_reference_and_log_kl_logs_it_with_the_same_losses(f
 def test_one_epoch_with_cps_sampling_updates_the_lora(flux_dir, tmp_path, cps_log_prob):
     """train.sde_type: cps samples and re-scores with the CPS step: on policy at the first
     update, a finite loss, and every LoRA tensor moves."""
-    cfg = _config(flux_dir, tmp_path, **{"num_train_epochs": 1, "test.every": 0,
-                  "num_sample_images": 0, "save_every": 0, "num_iterations": 1,
+    cfg = _config(flux_dir, tmp_path, **{"num_train_epochs": 1, "test.eval_epochs": 0,
+                  "num_sample_images": 0, "save_epochs": 0, "num_iterations": 1,
                   "train.sde_type": "cps", "train.cps_log_prob": cps_log_prob})  # fmt: skip
     trainer = GRPOTrainer(cfg)
     assert trainer.rollout.scheduler.sde_type == "cps"

@@ -82,15 +82,15 @@ def released_log_tame(prompts, rewards, weights, threshold):
 def released_weighted_advantage_sum(prompts, rewards, weights, global_std):
     grouped = _group(prompts, rewards)
     keys = list(next(iter(grouped.values())))
-    normalised = {}
+    normalized = {}
     for name, per_prompt in grouped.items():
         std_all = np.maximum(np.std(np.concatenate([per_prompt[p] for p in keys])), 1e-6)
-        normalised[name] = {
+        normalized[name] = {
             p: (v - v.mean()) / (std_all if global_std else np.maximum(np.std(v), 1e-6))
             for p, v in per_prompt.items()
         }
     aggregated = {
-        p: np.sum([normalised[n][p] * weights.get(n, 1.0) for n in grouped], axis=0) for p in keys
+        p: np.sum([normalized[n][p] * weights.get(n, 1.0) for n in grouped], axis=0) for p in keys
     }
     return _ungroup(prompts, aggregated)
 

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
+from paco_reward.cli import API_KEY_ENV, ServeArguments
 from paco_reward.command_line import parse_config
 from paco_reward.launch import is_loopback
-from paco_reward.server.cli import API_KEY_ENV, ServeArguments
 from paco_reward.server.config import ServerConfig
 
 
@@ -60,3 +60,22 @@ def test_every_server_limit_is_a_flag():
 )
 def test_loopback_detection(host, loopback):
     assert is_loopback(host) is loopback
+
+
+def test_serve_a_pinned_revision_offline_from_a_hub_cache(two_revision_hub, monkeypatch,
+                                                          random_images):  # fmt: skip
+    """``paco-reward serve REPO --revision v1 --cache_dir CACHE`` (a child process, offline)
+    serves v1's weights: its scores are v1's folder's, not main's."""
+    from paco_reward import PacoReward
+    from paco_reward.server import ServerProcess
+
+    cache, repo, folders = two_revision_hub
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the child's environment: nothing to download
+    a, b = random_images(2, (56, 56), seed=23)
+    expected = {rev: PacoReward.from_pretrained(folder).score(a, b, "fox")
+                for rev, folder in folders.items()}  # fmt: skip
+    assert expected["v1"] != pytest.approx(expected["main"], abs=1e-4)
+    flags = ["--revision", "v1", "--cache_dir", str(cache), "--served_model_name", "judge"]
+    with ServerProcess(repo, args=flags) as server:
+        served = PacoReward.from_server(server.base_url, model="judge").score(a, b, "fox")
+    assert served == pytest.approx(expected["v1"], abs=1e-5)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from paco_reward.errors import InputError, PromptError
+from paco_reward.host_inputs import expand_image_tokens
 from paco_reward.images import resize_for_model
-from paco_reward.local_backend import expand_image_tokens
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator, format_reasoning_first
 from paco_reward.training.toy import colour_pairs
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from paco_reward.errors import InputError
-from paco_reward.training.loss import first_token_weighted_loss, loss_normaliser, token_weights
+from paco_reward.training.loss import first_token_weighted_loss, loss_normalizer, token_weights
 
 IGN = -100
 
@@ -70,7 +70,7 @@ def test_alpha_shifts_weight_onto_the_decision_token():
     assert weights[0].tolist() == pytest.approx([0, 0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3, 0])
 
 
-def test_num_items_sets_the_normaliser_of_an_accumulated_batch():
+def test_num_items_sets_the_normalizer_of_an_accumulated_batch():
     torch.manual_seed(1)
     logits = torch.randn(4, 7, 9)
     labels = torch.randint(0, 9, (4, 7))
@@ -78,7 +78,7 @@ def test_num_items_sets_the_normaliser_of_an_accumulated_batch():
     labels[3, 5:] = IGN
     for mode in ("paper", "reference"):
         whole = first_token_weighted_loss(logits, labels, 0.2, mode)
-        total = loss_normaliser(labels, mode)
+        total = loss_normalizer(labels, mode)
         halves = sum(
             first_token_weighted_loss(logits[s], labels[s], 0.2, mode, num_items=total)
             for s in (slice(0, 2), slice(2, 4))
@@ -86,10 +86,10 @@ def test_num_items_sets_the_normaliser_of_an_accumulated_batch():
         assert halves.item() == pytest.approx(whole.item(), abs=1e-6)
 
 
-def test_normaliser_counts_sequences_or_tokens():
+def test_normalizer_counts_sequences_or_tokens():
     labels = torch.tensor([[IGN, IGN, 1, 2], [IGN, IGN, IGN, IGN], [IGN, 3, 4, 5]])
-    assert loss_normaliser(labels, "paper") == 2
-    assert loss_normaliser(labels, "reference") == 5
+    assert loss_normalizer(labels, "paper") == 2
+    assert loss_normalizer(labels, "reference") == 5
 
 
 def test_batch_without_supervised_tokens_gives_zero_loss_with_gradient():

@@ -9,8 +9,7 @@ from safetensors.torch import load_file
 
 from paco_reward import PacoReward
 from paco_reward.errors import PathNotFoundError
-from paco_reward.training import PacoSFTConfig
-from paco_reward.training.cli import run_training
+from paco_reward.training import PacoSFTConfig, run_training
 from paco_reward.training.merge import merge_lora
 from paco_reward.training.toy import colour_pairs
 
@@ -18,7 +17,7 @@ from paco_reward.training.toy import colour_pairs
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, tiny_model_dir):
     out = tmp_path_factory.mktemp("lora") / "run"
-    cfg = PacoSFTConfig(
+    recipe = dict(
         output_dir=str(out),
         model_name_or_path=str(tiny_model_dir),
         dataset_path="toy-colour-pairs",
@@ -35,12 +34,12 @@ def lora_run(tmp_path_factory, tiny_model_dir):
         disable_tqdm=True,
         save_merged=True,
     )
-    metrics = run_training(cfg)
-    return out, metrics
+    metrics = run_training(PacoSFTConfig(**recipe))
+    return out, metrics, recipe
 
 
 def test_training_output_folder(lora_run):
-    out, metrics = lora_run
+    out, metrics, recipe = lora_run
     assert (out / "adapter_config.json").is_file()
     assert (out / "tokenizer_config.json").is_file()
     assert (out / "metrics.jsonl").is_file() and (out / "loss_curve.png").is_file()
@@ -49,10 +48,12 @@ def test_training_output_folder(lora_run):
     assert f"| eval_roc_auc | {metrics['eval_roc_auc']:.4g} |" in card
     assert (out / "merged" / "model.safetensors").is_file()
     assert (out / "merged" / "processor_config.json").is_file()
+    # the config the run was launched with (the trainer sets a field or two as it goes)
+    assert PacoSFTConfig.from_yaml(out / "training_config.yaml") == PacoSFTConfig(**recipe)
 
 
 def test_merged_scores_equal_base_plus_adapter(lora_run, tiny_model_dir, tmp_path):
-    out, _ = lora_run
+    out, _, _ = lora_run
     merged_dir = merge_lora(tiny_model_dir, out, tmp_path / "merged")
     ds = colour_pairs(6, seed=11)
     pairs = [(row["image_a"], row["image_b"], None) for row in ds]
@@ -75,14 +76,14 @@ def test_save_merged_merges_into_the_revision_it_trained_on(tmp_path, tiny_model
     weights: the adapter trains on that revision, and ``save_merged`` merges it there."""
     import huggingface_hub
 
-    from paco_reward.testing import build_tiny_model
+    from paco_reward.testing import build_tiny_qwen2_5_vl
     from paco_reward.testing.hub_cache import install_in_hub_cache
 
     # Offline: the repository is only in the test's cache (peft would otherwise ask the hub
     # whether its config exists when it saves the adapter).
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    v1 = build_tiny_model(tmp_path / "v1", seed=1, text_config={"initializer_range": 0.3})
+    v1 = build_tiny_qwen2_5_vl(tmp_path / "v1", seed=1, text_config={"initializer_range": 0.3})
     for revision, folder in (("main", tiny_model_dir), ("v1", v1)):
         install_in_hub_cache(folder, "acme/tiny-evaluator", tmp_path / "hub", revision)
     out = tmp_path / "run"

@@ -63,11 +63,11 @@ def test_the_qwen3_vl_recipe_adapts_layers_its_real_architecture_has():
     from peft import get_peft_model
 
     from paco_reward.architectures import build_empty
-    from paco_reward.training.cli import load_recipe
+    from paco_reward.training import PacoSFTConfig
     from paco_reward.training.loading import lora_config
     from paco_reward.training.planning import plan_sft
 
-    cfg = load_recipe(RECIPES / "paco_reward_qwen3_vl_8b_lora.yaml", ["--use_cpu", "true"])
+    cfg = PacoSFTConfig.from_yaml(RECIPES / "paco_reward_qwen3_vl_8b_lora.yaml", {"use_cpu": True})
     architecture = model_config(cfg.model_name_or_path)
     with torch.device("meta"):
         model = build_empty(architecture)

@@ -12,8 +12,9 @@ import pytest
 import torch
 import yaml
 
+from paco_reward.command_line import parse_config
 from paco_reward.errors import ConfigError
-from paco_reward.training.cli import load_recipe
+from paco_reward.training import PacoSFTConfig
 from paco_reward.training.loading import build_trainer
 from paco_reward.training.metrics import decision_metrics, roc_auc
 
@@ -23,7 +24,12 @@ SFT_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if not p.name.startswith(
 SFT_LAUNCHES = sorted((RECIPES / "accelerate").glob("sft_*.yaml"))
 SEVEN_B = RECIPES / "paco_reward_7b_lora.yaml"
 # transformers refuses bf16 without a GPU at config time
-ON_CPU = ["--use_cpu", "true"]
+ON_CPU = {"use_cpu": True}
+
+
+def command_line(recipe: Path, flags: list[str]) -> PacoSFTConfig:
+    """The config ``paco-reward train RECIPE FLAGS`` trains with."""
+    return parse_config(PacoSFTConfig, [str(recipe), *flags], recipe=True)
 
 
 def commented_commands(path: Path) -> list[tuple[Path, list[str], Path | None]]:
@@ -77,7 +83,7 @@ def test_the_commands_in_the_comments_load_their_recipe(path, tiny_model_dir):
     if path in SFT_RECIPES:
         assert any(recipe == path for recipe, _, _ in found), f"{path.name}: none runs it"
     for recipe, flags, launch in found:
-        cfg = load_recipe(recipe, [*flags, *ON_CPU])
+        cfg = command_line(recipe, [*flags, "--use_cpu", "true"])
         if launch is None:
             continue
         args = accelerate_launch_arguments(launch)
@@ -123,11 +129,11 @@ def test_the_tiny_recipe_trains_on_a_synthetic_export(tmp_path):
 
 
 def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_dir):
-    cfg = load_recipe(
+    cfg = PacoSFTConfig.from_yaml(
         SEVEN_B,
-        ["--model_name_or_path", str(tiny_model_dir), "--dataset_path", "toy-colour-pairs",
-         "--toy_train_size", "8", "--toy_test_size", "4", "--output_dir", str(tmp_path / "run"),
-         "--report_to", "none", "--dataloader_num_workers", "0", *ON_CPU],
+        {"model_name_or_path": str(tiny_model_dir), "dataset_path": "toy-colour-pairs",
+         "toy_train_size": 8, "toy_test_size": 4, "output_dir": str(tmp_path / "run"),
+         "report_to": "none", "dataloader_num_workers": 0, **ON_CPU},
     )  # fmt: skip
     trainer = build_trainer(cfg)
     lora = trainer.model.peft_config["default"]
@@ -140,7 +146,7 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
     assert trainable and all("language_model" in n and "lora_" in n for n in trainable)
     for layer in cfg.lora_target_modules:
         assert any(f".{layer}.lora_A" in n for n in trainable), layer
-    assert trainer.model.dtype == torch.bfloat16  # model_dtype 'auto' follows bf16
+    assert trainer.model.dtype == torch.bfloat16  # dtype 'auto' follows bf16
     # the recipe's gradient_checkpointing is the field Trainer.train reads
     assert trainer.args.activation_checkpointing is True
     batch = trainer._prepare_inputs(
@@ -152,9 +158,9 @@ def test_7b_recipe_builds_the_trainer_on_a_tiny_stand_in(tmp_path, tiny_model_di
 
 
 def test_flags_override_the_recipe_and_leave_the_rest():
-    recipe = load_recipe(SEVEN_B, ON_CPU)
+    recipe = PacoSFTConfig.from_yaml(SEVEN_B, ON_CPU)
     flags = ["--no_use_lora", "--learning_rate", "1e-5", "--gradient_checkpointing", "false"]
-    cfg = load_recipe(SEVEN_B, [*ON_CPU, *flags, "--max_steps", "7"])
+    cfg = command_line(SEVEN_B, ["--use_cpu", "true", *flags, "--max_steps", "7"])
     assert recipe.use_lora and not cfg.use_lora
     assert cfg.learning_rate == 1e-5 != recipe.learning_rate
     assert recipe.activation_checkpointing and cfg.activation_checkpointing is False
@@ -165,12 +171,35 @@ def test_flags_override_the_recipe_and_leave_the_rest():
     assert {k for k in mine if mine[k] != theirs[k]} == changed
 
 
+def test_a_config_written_to_yaml_reloads_as_itself(tmp_path, caplog):
+    """``to_yaml`` writes every field (never a hub token) and the library version; the file
+    reloads with ``from_yaml`` as the same config, as GRPOConfig's does, and one written by
+    another version says so."""
+    import paco_reward
+
+    overrides = {**ON_CPU, "max_steps": 7, "learning_rate": 5e-4, "hub_token": "hf_secret",
+                 "gradient_checkpointing_kwargs": {"use_reentrant": False}, "eval_steps": 3}  # fmt: skip
+    cfg = PacoSFTConfig.from_yaml(SEVEN_B, overrides)
+    path = cfg.to_yaml(tmp_path / "training_config.yaml")
+    text = path.read_text()
+    assert "hf_secret" not in text
+    assert yaml.safe_load(text)["paco_rl_version"] == paco_reward.__version__
+    reloaded = PacoSFTConfig.from_yaml(path)
+    assert reloaded.hub_token is None and reloaded.to_dict() == cfg.to_dict()
+    assert reloaded == PacoSFTConfig.from_yaml(SEVEN_B, {**overrides, "hub_token": None})
+    path.write_text(text.replace(f"paco_rl_version: {paco_reward.__version__}",
+                                 "paco_rl_version: 0.0.1"))  # fmt: skip
+    with caplog.at_level("WARNING", logger="paco_reward.yaml_config"):
+        PacoSFTConfig.from_yaml(path)
+    assert "written by paco-rl 0.0.1" in caplog.text
+
+
 def test_checkpointing_has_one_name_and_accepts_transformers_one(tmp_path):
     base = f"output_dir: {tmp_path}\nuse_cpu: true\n"
     recipe = tmp_path / "r.yaml"
     for key in ("gradient_checkpointing", "activation_checkpointing"):
         recipe.write_text(base + f"{key}: true\n{key}_kwargs: {{use_reentrant: false}}\n")
-        cfg = load_recipe(recipe)
+        cfg = PacoSFTConfig.from_yaml(recipe)
         assert cfg.gradient_checkpointing and cfg.activation_checkpointing, key
         assert cfg.gradient_checkpointing_kwargs == cfg.activation_checkpointing_kwargs
         assert cfg.activation_checkpointing_kwargs == {"use_reentrant": False}
@@ -178,7 +207,7 @@ def test_checkpointing_has_one_name_and_accepts_transformers_one(tmp_path):
     with pytest.raises(
         ValueError, match="gradient_checkpointing=True and activation_checkpointing"
     ):
-        load_recipe(recipe)
+        PacoSFTConfig.from_yaml(recipe)
 
 
 def test_a_float_written_without_a_dot_is_a_float(tmp_path):
@@ -186,38 +215,40 @@ def test_a_float_written_without_a_dot_is_a_float(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: 5e-4\nadam_epsilon: 1e-6\n")
     assert yaml.safe_load(recipe.read_text())["learning_rate"] == "5e-4"
-    cfg = load_recipe(recipe)
+    cfg = PacoSFTConfig.from_yaml(recipe)
     assert cfg.learning_rate == 0.0005 and cfg.adam_epsilon == 1e-6
     recipe.write_text(f"output_dir: {tmp_path}\nlearning_rate: fast\n")
     with pytest.raises(ConfigError, match="learning_rate must be a number; got 'fast'"):
-        load_recipe(recipe)
+        PacoSFTConfig.from_yaml(recipe)
 
 
 def test_unknown_keys_fail(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"output_dir": str(tmp_path), "lora_rank": 8}))
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lora_rank'\]"):
-        load_recipe(recipe)
+        PacoSFTConfig.from_yaml(recipe)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lora_rank'\]"):
+        PacoSFTConfig.from_yaml(RECIPES / "tiny_cpu.yaml", {"lora_rank": 8})  # an override too
     with pytest.raises(SystemExit) as usage:  # an unknown flag is a usage error
-        load_recipe(RECIPES / "tiny_cpu.yaml", ["--nope", "1"])
+        command_line(RECIPES / "tiny_cpu.yaml", ["--nope", "1"])
     assert usage.value.code == 2
     with pytest.raises(ConfigError, match="No recipe file at"):
-        load_recipe(tmp_path / "missing.yaml")
+        PacoSFTConfig.from_yaml(tmp_path / "missing.yaml")
     recipe.write_text("- a list\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
-        load_recipe(recipe)
+        PacoSFTConfig.from_yaml(recipe)
 
 
 def test_merge_command_line():
-    from paco_reward.command_line import parse_config
-    from paco_reward.training.cli import MergeArguments
+    from paco_reward.cli import MergeArguments
 
-    args = parse_config(MergeArguments, ["base", "adapter", "out"])
-    assert (args.base, args.adapter, args.output_dir, args.dtype) == (
+    args = parse_config(MergeArguments, ["base", "adapter", "out", "--revision", "v1"])
+    assert (args.model, args.adapter, args.output_dir, args.dtype, args.revision) == (
         "base",
         "adapter",
         "out",
         None,
+        "v1",
     )
 
 

@@ -232,7 +232,7 @@ def test_reasoning_warmup_switches_format_and_evaluates_answer_first(
     [
         ({"first_token_weight": 1.2}, r"first_token_weight must be in \[0, 1\]; got 1.2"),
         ({"loss_mode": "tokens"}, r"loss_mode 'tokens' is not one of \('paper', 'reference'\)"),
-        ({"model_dtype": "fp8"}, r"model_dtype 'fp8' is not one of"),
+        ({"dtype": "fp8"}, r"dtype 'fp8' is not one of"),
         ({"lora_r": 0}, r"lora_r and lora_alpha must be positive; got 0, 64"),
         ({"lora_dropout": 1.0}, r"lora_dropout must be in \[0, 1\); got 1.0"),
         ({"reasoning_warmup_steps": -1}, r"reasoning_warmup_steps must be >= 0; got -1"),

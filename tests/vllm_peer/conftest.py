@@ -18,7 +18,7 @@ import vllm  # noqa: E402,F401 - fail loudly here if this venv has no vLLM
 from peer_settings import LLM_KWARGS, SERVED_NAME  # noqa: E402
 
 from paco_reward import PacoReward  # noqa: E402
-from paco_reward.testing import build_tiny_model  # noqa: E402
+from paco_reward.testing import build_tiny_qwen2_5_vl  # noqa: E402
 from paco_reward.testing.vllm_server import VLLMServer  # noqa: E402
 
 
@@ -26,7 +26,7 @@ from paco_reward.testing.vllm_server import VLLMServer  # noqa: E402
 def vllm_model_dir(tmp_path_factory):
     """The tiny evaluator with 32-wide heads, widely spread weights (scores differ clearly
     between pairs) and a budget of 1 to 16 vision tokens per image (so image sizes matter)."""
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         tmp_path_factory.mktemp("tiny-vllm") / "model",
         seed=0,
         max_pixels=16 * 28 * 28,

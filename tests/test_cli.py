@@ -1,13 +1,26 @@
-"""``paco-reward score`` / ``explain`` call the same API a Python user does."""
+"""``paco-reward``: ``score`` / ``explain`` call the same API a Python user does; the
+commands that load a model take the hub arguments (a pinned revision from a hub cache)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 from PIL import Image
+from safetensors.torch import load_file
 
-from paco_reward.cli import main
+from paco_reward import PacoReward
+from paco_reward.cli import COMMANDS, ModelArguments, main
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No hub: a repository id resolves in a local cache or not at all."""
+    import huggingface_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 def test_score_pair_set_and_grid(tiny_model_dir, tiny_reward, random_images, tmp_path, capsys):
@@ -104,3 +117,60 @@ def test_a_missing_model_or_adapter_folder_is_a_path_not_found_error(tiny_model_
         assert isinstance(info.value, FileNotFoundError)
     with pytest.raises(PathNotFoundError, match=r"No adapter folder exists at '\./lora'"):
         PacoReward.from_pretrained(tiny_model_dir, adapter="./lora", device="cpu")
+
+
+def test_the_commands_that_load_a_model_share_its_arguments():
+    """score, explain, merge and serve take one ModelArguments: the same hub flags."""
+    loading = {
+        c.name: c.resolve() for c in COMMANDS if c.name in ("score", "explain", "merge", "serve")
+    }
+    assert set(loading) == {"score", "explain", "merge", "serve"}
+    for name, cls in loading.items():
+        assert issubclass(cls, ModelArguments), name
+
+
+def test_score_a_pinned_revision_offline_from_a_hub_cache(two_revision_hub, offline, random_images,
+                                                          tmp_path, capsys):  # fmt: skip
+    """``--revision v1 --cache_dir CACHE`` scores with that revision's weights (not main's),
+    with nothing downloaded."""
+    cache, repo, folders = two_revision_hub
+    paths = []
+    for k, image in enumerate(random_images(2, (56, 56), seed=22)):
+        paths.append(str(tmp_path / f"{k}.png"))
+        image.save(paths[-1])
+    expected = {rev: PacoReward.from_pretrained(folder).score(*paths, "fox")
+                for rev, folder in folders.items()}  # fmt: skip
+    assert expected["v1"] != pytest.approx(expected["main"], abs=1e-4)
+    for revision in ("v1", "main"):
+        flags = ["--revision", revision, "--cache_dir", str(cache)]
+        assert main(["score", repo, *paths, "--prompt", "fox", *flags]) == 0
+        score = json.loads(capsys.readouterr().out)["score"]
+        assert score == pytest.approx(expected[revision], abs=1e-6), revision
+
+
+def test_merge_a_pinned_revision_offline_from_a_hub_cache(two_revision_hub, offline, tmp_path,
+                                                          capsys):  # fmt: skip
+    """``paco-reward merge REPO ADAPTER OUT --revision v1`` merges into v1's weights: the
+    same folder as merging into v1's own folder."""
+    from peft import LoraConfig, get_peft_model
+
+    from paco_reward.modeling import load_vision_language_model
+
+    cache, repo, folders = two_revision_hub
+    torch.manual_seed(0)
+    lora = LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(load_vision_language_model(folders["v1"]), lora).save_pretrained(
+        tmp_path / "adapter"
+    )
+    outputs = {}
+    for name, source, flags in (("v1", repo, ["--revision", "v1", "--cache_dir", str(cache)]),
+                                ("folder", str(folders["v1"]), []),
+                                ("main", repo, ["--cache_dir", str(cache)])):  # fmt: skip
+        out = tmp_path / name
+        assert main(["merge", source, str(tmp_path / "adapter"), str(out), *flags]) == 0
+        assert capsys.readouterr().out.strip() == str(out)
+        outputs[name] = load_file(out / "model.safetensors")
+    assert outputs["v1"].keys() == outputs["folder"].keys()
+    for key, value in outputs["v1"].items():
+        torch.testing.assert_close(value, outputs["folder"][key], rtol=0, atol=0)
+    assert any(not torch.equal(outputs["v1"][k], outputs["main"][k]) for k in outputs["v1"])

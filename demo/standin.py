@@ -32,7 +32,7 @@ from typing import Any
 
 from PIL import Image
 
-from paco_reward.cached_folder import build_once, cache_key, read_info
+from demo.cached_folder import build_once, cache_key, read_info
 from paco_reward.errors import ConfigError, WeightsMismatchError
 
 logger = logging.getLogger(__name__)
@@ -125,8 +125,8 @@ class DescribeCollator:
         self.end_of_turn = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def __call__(self, examples: Sequence[tuple[Image.Image, str]]) -> dict:
+        from paco_reward.host_inputs import expand_image_tokens
         from paco_reward.images import load_image, resize_for_model
-        from paco_reward.local_backend import expand_image_tokens
         from paco_reward.training.collator import pad_right
 
         images = [
@@ -283,10 +283,10 @@ def _train_describer(
     from tqdm.auto import tqdm
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
-    from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_model
+    from paco_reward.testing.qwen import TINY_VISION_TOWERS, build_tiny_qwen2_5_vl
 
     if base_model is None:
-        build_tiny_model(
+        build_tiny_qwen2_5_vl(
             work,
             seed=config.seed,
             min_pixels=config.image_pixels,

@@ -1,4 +1,4 @@
-"""The stand-in pretraining of the tiny VLM (paco_reward.testing.standin)."""
+"""The stand-in pretraining of the tiny VLM (demo.standin)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from paco_reward import PacoReward
-from paco_reward.errors import ConfigError
-from paco_reward.testing.standin import (
+from demo.standin import (
     DescribeCollator,
     StandInConfig,
     clause_accuracy,
@@ -20,6 +18,8 @@ from paco_reward.testing.standin import (
     pretrain_describer,
     read_standin_info,
 )
+from paco_reward import PacoReward
+from paco_reward.errors import ConfigError
 
 
 def _colour_example(rng: random.Random):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from paco_reward.cached_folder import (
+from demo.cached_folder import (
     build_once,
     cache_key,
     is_cached,
@@ -56,7 +56,7 @@ def test_publishing_without_a_key_is_refused(tmp_path):
 BUILDER = """
 import os, sys, time
 from pathlib import Path
-from paco_reward.cached_folder import build_once
+from demo.cached_folder import build_once
 
 folder, log, release = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 
@@ -75,7 +75,7 @@ print(build_once(folder, "info.json", "k1", build))
 HOLDER = """
 import sys, time
 from pathlib import Path
-from paco_reward.cached_folder import build_lock
+from demo.cached_folder import build_lock
 
 with build_lock(Path(sys.argv[1])):
     Path(sys.argv[2]).write_text("locked")

@@ -1,1 +1,0 @@
-"""Subcommands of the ``paco-reward`` command line."""
