@@ -17,7 +17,8 @@ from demo.keep_priority import AUTOGROUP, main
 PROBE = """
 import os, sys
 group = open("/proc/self/autogroup").read().strip() if os.path.exists("/proc/self/autogroup") else "none"
-print(__name__, os.nice(0), group, *sys.argv[1:])
+# one write per line: two ranks share the pipe, and print() writes its parts one by one
+os.write(1, " ".join(map(str, (__name__, os.nice(0), group, *sys.argv[1:]))).encode() + b"\\n")
 """
 ROOT = Path(__file__).resolve().parents[2]
 
