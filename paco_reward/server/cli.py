@@ -59,8 +59,8 @@ def serve(args: ServeArguments) -> int:
     import uvicorn
     from PIL import Image
 
-    from paco_reward.local_backend import LocalBackend
     from paco_reward.server.app import create_app
+    from paco_reward.transformers_backend import TransformersBackend
 
     if not _is_loopback(args.host) and not args.api_key:
         logger.warning(
@@ -73,7 +73,7 @@ def serve(args: ServeArguments) -> int:
     # PIL's own bomb guard (process-wide; this process only serves): never decode more
     # than our limit, even on a path that skipped the header check.
     Image.MAX_IMAGE_PIXELS = config.max_image_pixels
-    backend = LocalBackend.from_pretrained(
+    backend = TransformersBackend.from_pretrained(
         args.model,
         adapter=args.adapter,
         device=args.device,
