@@ -16,15 +16,15 @@ its pairs in chunks of ``batch_size`` (sorted by prompt length, left-padded), on
 the language model per chunk, host work (the processor) in a worker thread:
 
 * **vision reuse** where the family allows it: the model's forward takes precomputed image
-  features (``mm_encoder_outputs``, transformers 5.19+) and its image processor gives each
-  image one ``pixel_values`` row and nothing else the model reads (Gemma-3 without
-  pan-and-scan: 256 tokens per image, whatever its size). Then every distinct image goes
-  through ``get_image_features`` once, ``vision_batch_size`` at a time, and each pair's forward
-  reads its images' features; the token ids of a prompt do not depend on its images, so the
-  processor expands each instruction once;
+  features (``mm_encoder_outputs``, transformers 5.19+) and the processor gives each image
+  one ``pixel_values`` row and nothing else the model reads (Gemma-3: 256 tokens per image,
+  whatever its size; pan-and-scan, which crops, is off unless a processor call asks for it).
+  Then every distinct image goes through ``get_image_features`` once, ``vision_batch_size``
+  at a time, and each pair's forward reads its images' features; the token ids of a prompt
+  do not depend on its images, so the processor expands each instruction once;
 * **otherwise a plain batched forward**: ``processor(text, images)`` and ``model(**inputs)``
-  per chunk, the vision tower run for every image of every pair (Gemma-3 with pan-and-scan,
-  whose crops vary with the image).
+  per chunk, the vision tower run for every image of every pair (a family whose image
+  tokens depend on the image: tiles, crops, image sizes).
 
 Both are what ``processor(text, images)`` + ``model(**inputs)`` computes for one pair (the
 tests check it against a direct forward, per path).
@@ -69,11 +69,15 @@ class ProcessorBackend(TransformersBackend):
         vision_batch_size: images per vision-tower pass when the vision output is reused
             (default :data:`DEFAULT_VISION_BATCH_SIZE`).
         canonical_yes_no / name: as in :meth:`paco_reward.PacoReward.from_pretrained`.
+        reuse_vision: reuse each image's vision output across pairs where the family allows
+            it (default); ``False`` runs the plain batched forward (the same scores, the
+            vision tower once per image occurrence).
 
     Attributes:
         image_policy: ``None``: images are not resized before the processor.
-        reuses_vision: whether the model's forward takes precomputed image features (the
-            vision reuse still needs one pixel row per image in a call, see the module).
+        reuses_vision: ``reuse_vision`` and the model's forward takes precomputed image
+            features (the reuse still needs one pixel row per image in a call, see the
+            module).
         stage_timer: a :class:`~paco_reward.stage_timer.StageTimer` to time the stages into
             (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
     """
@@ -87,6 +91,7 @@ class ProcessorBackend(TransformersBackend):
         vision_batch_size: int | None = None,
         canonical_yes_no: bool = True,
         name: str = "local",
+        reuse_vision: bool = True,
     ) -> None:
         self.model = model.eval()
         self.processor = processor
@@ -100,8 +105,10 @@ class ProcessorBackend(TransformersBackend):
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         forward = inspect.signature(self.model.forward).parameters
         self._forward_inputs = set(forward)
-        self.reuses_vision = "mm_encoder_outputs" in forward and hasattr(
-            self.model, "get_image_features"
+        self.reuses_vision = (
+            reuse_vision
+            and "mm_encoder_outputs" in forward
+            and hasattr(self.model, "get_image_features")
         )
         self._prompts: dict[str, str] = {}
         self._prompt_rows: dict[str, dict[str, list[int]]] = {}
@@ -178,12 +185,18 @@ class ProcessorBackend(TransformersBackend):
 
     # ------------------------------------------------------------------ vision
     def _vision_chunk(self, images: Sequence[Image.Image]) -> torch.Tensor | None:
-        """The pixels of a vision pass (worker thread), or ``None`` when the image processor
-        gives other than one ``pixel_values`` row per image, or another input the model reads
-        (crops, tiles, image sizes): then the images' features cannot be reused."""
+        """The pixels of a vision pass (worker thread), as the processor makes them for a
+        prompt (its call-time image settings, not only the image processor's), or ``None``
+        when it gives other than one ``pixel_values`` row per image, or another image input
+        the model reads (crops, tiles, image sizes): then the features cannot be reused."""
         with self._host_stage("preprocess"):
-            out = self.processor.image_processor(images=list(images), return_tensors="pt")
-            read = {key for key in out if key in self._forward_inputs}
+            out = self.processor(images=list(images), return_tensors="pt")
+            text = out["input_ids"].shape if "input_ids" in out else None
+            read = {
+                key
+                for key, value in out.items()
+                if key in self._forward_inputs and getattr(value, "shape", None) != text
+            }
             pixels = out.get("pixel_values")
             if read != {"pixel_values"} or pixels is None or pixels.shape[0] != len(images):
                 return None

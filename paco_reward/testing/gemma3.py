@@ -182,7 +182,6 @@ def build_tiny_gemma3(
     output_dir: str | Path,
     seed: int = 0,
     tokens_per_image: int = 4,
-    pan_and_scan: bool = False,
     **overrides: Any,
 ) -> Path:
     """Write a randomly initialised tiny Gemma-3 judge to ``output_dir``.
@@ -191,8 +190,6 @@ def build_tiny_gemma3(
         output_dir: folder to create (an ordinary Hugging Face model folder).
         seed: seed for the random weights; the same seed gives the same model.
         tokens_per_image: image tokens per image (a square: 4 pools the 4 x 4 patches 2 x 2).
-        pan_and_scan: the image processor also crops an elongated image into squares (each
-            crop its own image tokens), as ``do_pan_and_scan`` does for the real model.
         **overrides: ``text_config={...}``, ``vision_config={...}`` or top-level Gemma-3
             config fields; ``initializer_range`` also sets the spread of the image projection
             (which Gemma-3 initialises at zero, so images would not count).
@@ -233,14 +230,11 @@ def build_tiny_gemma3(
     _save_with_published_names(model, output_dir)
 
     side = config.vision_config.image_size
-    crops = {"pan_and_scan_min_crop_size": 32, "pan_and_scan_max_num_crops": 4}
     image_processor = Gemma3ImageProcessor(
         size={"height": side, "width": side},
         resample=2,  # bilinear, as the real preprocessor_config.json
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
-        do_pan_and_scan=pan_and_scan,
-        **(crops if pan_and_scan else {}),
     )
     processor = Gemma3Processor(
         image_processor=image_processor,
@@ -250,3 +244,43 @@ def build_tiny_gemma3(
     )
     processor.save_pretrained(output_dir)
     return output_dir
+
+
+def model_card_score(
+    model, processor, image_a, image_b, instruction: str, image_attention: str = "bidirectional"
+) -> float:
+    """P("Yes") / (P("Yes") + P("No")) of the first answer token the way the Gemma-3 model
+    card's transformers code gets there, independent of the library's scorers: the chat
+    template applied to the messages with the images, one ``model(**inputs)``. The reference
+    the scorers are tested against.
+
+    Args:
+        image_attention: ``"bidirectional"`` (Gemma-3's: an image's tokens see each other) or
+            ``"causal"`` (no ``token_type_ids``: what an engine without prefix-LM attention
+            computes, e.g. vLLM's CPU backend).
+
+    Example:
+        >>> model_card_score(model, processor, a, b, render_instruction("rank"))  # doctest: +SKIP
+        0.43
+    """
+    import torch
+
+    content = [
+        {"type": "image", "image": image_a},
+        {"type": "image", "image": image_b},
+        {"type": "text", "text": instruction},
+    ]
+    inputs = processor.apply_chat_template(
+        [{"role": "user", "content": content}],
+        tokenize=True,
+        return_dict=True,
+        add_generation_prompt=True,
+        return_tensors="pt",
+    )
+    if image_attention == "causal":
+        inputs.pop("token_type_ids")
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, -1].double()
+    tokenizer = processor.tokenizer
+    yes, no = tokenizer.convert_tokens_to_ids("Yes"), tokenizer.convert_tokens_to_ids("No")
+    return torch.sigmoid(logits[yes] - logits[no]).item()
