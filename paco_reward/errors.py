@@ -37,9 +37,11 @@ class YesNoTokenError(PacoError, ValueError):
 
 
 class UnsupportedModelError(PacoError, ValueError):
-    """A model the evaluator cannot score with: no image input (a text-only model), or an
-    image processor that is not Qwen-VL's dynamic-resolution kind (no patch or merge size,
-    no image placeholder token). The message names what is missing."""
+    """A model the evaluator cannot score with: no image input (a text-only model) or no chat
+    template; or, where Qwen-VL's dynamic-resolution image processing is needed (the Qwen-VL
+    scorer ``LocalBackend``, the SFT trainer, the in-process vLLM backend), an image processor
+    of another kind (no patch or merge size, no image placeholder token). The message names
+    what is missing."""
 
 
 class VisionAttentionError(UnsupportedModelError):
