@@ -47,6 +47,7 @@ import torch
 from PIL import Image
 
 from paco_reward.images import model_image_policy
+from paco_reward.local_backend import render_prompt_text
 from paco_reward.modeling import ImageFeatures, image_features, join_image_features
 from paco_reward.transformers_backend import PairRequest, TransformersBackend
 from paco_reward.yes_no import YesNoTokens
@@ -55,7 +56,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ProcessorBackend"]
 
-# Images per vision-tower pass by default (Gemma-3's tower sees 4,096 patches an image).
+# Images per vision-tower pass by default: half the Qwen-VL default, a Gemma-3 image being
+# 4,096 patches where a 504 px Qwen-VL image is 1,296 (not measured: no GPU here).
 DEFAULT_VISION_BATCH_SIZE = 8
 
 
@@ -116,7 +118,12 @@ class ProcessorBackend(TransformersBackend):
         self._worker = None
 
     @classmethod
+    def check_processor(cls, processor, source: str | Path) -> None:
+        """Any processor :func:`~paco_reward.modeling.check_processor` accepts will do."""
+
+    @classmethod
     def _backend_kwargs(cls, processor, **kwargs: Any) -> dict[str, Any]:
+        """Refuses a pixel budget (the processor has none) before the weights load."""
         model_image_policy(processor, kwargs.pop("min_pixels"), kwargs.pop("max_pixels"))
         return kwargs
 
@@ -124,8 +131,6 @@ class ProcessorBackend(TransformersBackend):
     def prompt_text(self, instruction: str) -> str:
         """The rendered chat prompt of a pair, one image placeholder per image (cached per
         instruction: the text does not depend on the images)."""
-        from paco_reward.local_backend import render_prompt_text
-
         if instruction not in self._prompts:
             self._prompts[instruction] = render_prompt_text(self.processor, instruction)
         return self._prompts[instruction]
@@ -293,10 +298,6 @@ class ProcessorBackend(TransformersBackend):
         )
         new_tokens = output[0, inputs["input_ids"].shape[1] :]
         return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
-
-    @classmethod
-    def check_processor(cls, processor, source: str | Path) -> None:
-        """Any processor :func:`~paco_reward.modeling.check_processor` accepts will do."""
 
 
 @dataclass
