@@ -524,7 +524,8 @@ def measure_scoring(args: GpuCheckArguments, device: torch.device,
     """pairs/s and peak memory of scoring with the evaluator ``architecture`` at each batch
     size, transformers then (Qwen2.5-VL only) vLLM."""
     from paco_reward import PacoReward
-    from paco_reward.local_backend import LocalBackend, default_dtype
+    from paco_reward.local_backend import LocalBackend
+    from paco_reward.transformers_backend import default_dtype
 
     memory = _Memory(device)
     dtype = getattr(torch, args.dtype) if args.dtype else default_dtype(device)

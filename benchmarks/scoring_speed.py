@@ -14,10 +14,17 @@ windows an image) with varied themes, ``--batch_size`` pairs a forward, interlea
   position, on an untouched copy of the model;
 * **PacoReward**: ``PacoReward(LocalBackend(model, processor)).score_pairs(pairs)``.
 
+With ``--family gemma3`` the judge is Gemma-3-4B-IT's architecture instead (the shipped
+config at ``--scale`` of its text width and depth, the SigLIP tower's real 896 px input, 14 px
+patches and width at ``--scale``, its first ``--vision_blocks`` blocks, 256 image tokens an
+image), scored by ``PacoReward(ProcessorBackend(model, processor))``: the same model forward,
+each distinct image through the vision tower once (the reference runs it per pair).
+
 It prints seconds per round, pairs/s, the ratio, and the largest score difference (the run
 fails when it is over ``--tolerance``). ``docs/benchmarks.md`` has the figures::
 
     python -m benchmarks.scoring_speed
+    python -m benchmarks.scoring_speed --family gemma3 --images 4 --pairs 6 --vision_blocks 2
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,6 +55,10 @@ THEMES = (
 class ScoringSpeedArguments:
     """transformers' own forward vs PacoReward on the same pairs (CPU, reduced 7B shape)."""
 
+    family: str = config_field(
+        "qwen2_5_vl",
+        help="The judge's architecture: qwen2_5_vl (PaCo-Reward-7B) or gemma3 (Gemma-3-4B-IT).",
+    )
     scale: float = config_field(0.125, help="Width and text depth of the 7B evaluator kept.")
     vision_blocks: int = config_field(
         8, help="The real vision tower's first blocks kept (8: 7 windowed, 1 full attention)."
@@ -62,6 +74,11 @@ class ScoringSpeedArguments:
     def __post_init__(self) -> None:
         if self.pairs < 1 or self.images < 2 or self.rounds < 1 or self.batch_size < 1:
             raise ConfigError("--pairs, --batch_size, --rounds >= 1 and --images >= 2.")
+        if self.family not in FAMILIES:
+            raise ConfigError(f"--family must be one of {FAMILIES}; got {self.family!r}.")
+
+
+FAMILIES = ("qwen2_5_vl", "gemma3")
 
 
 def make_pairs(args: ScoringSpeedArguments) -> list[tuple[Image.Image, Image.Image, str]]:
@@ -99,8 +116,14 @@ class TransformersReference:
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start : start + self.batch_size]
             texts = [self._text(theme) for _, _, theme in chunk]
-            images = [image for a, b, _ in chunk for image in (a, b)]
-            inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
+            images = [[a, b] for a, b, _ in chunk]  # one list per prompt
+            inputs = self.processor(
+                text=texts,
+                images=images,
+                padding=True,
+                add_special_tokens=False,  # the chat template writes them (Gemma's <bos>)
+                return_tensors="pt",
+            )
             logits = self.model(**inputs).logits[:, -1]
             scores.append(yes_probability(logits, tokens=self.tokens).double().numpy())
         return np.concatenate(scores)
@@ -123,21 +146,87 @@ def _timed(score: Callable[[list], np.ndarray], pairs) -> tuple[float, np.ndarra
     return time.perf_counter() - start, scores
 
 
+def qwen2_5_vl_judge(args: ScoringSpeedArguments):
+    """PaCo-Reward-7B's architecture, reduced; its backend and a line that describes it."""
+    from benchmarks.gpu_check import build_reward_model
+    from paco_reward.local_backend import LocalBackend
+
+    model, processor, config = build_reward_model(
+        args.scale, torch.device("cpu"), torch.float32, vision_blocks=args.vision_blocks
+    )
+    vision = config["vision_config"]
+    described = (
+        f"Qwen2.5-VL-7B at scale {args.scale}: {config['num_hidden_layers']} text layers of "
+        f"{config['hidden_size']}, {vision['depth']} vision blocks of {vision['hidden_size']} "
+        f"(patch {vision['patch_size']}, window {vision['window_size']} px, full attention in "
+        f"blocks {vision['fullatt_block_indexes']})"
+    )
+    return model, processor, LocalBackend(model, processor, batch_size=args.batch_size), described
+
+
+def gemma3_judge(args: ScoringSpeedArguments):
+    """Gemma-3-4B-IT's architecture, reduced (a folder under a temporary directory, built by
+    :func:`paco_reward.testing.build_tiny_gemma3`); its backend and a line that describes it."""
+    import tempfile
+
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from paco_reward.architectures import shipped_config
+    from paco_reward.processor_backend import ProcessorBackend
+    from paco_reward.testing.gemma3 import build_tiny_gemma3
+
+    real = shipped_config("gemma3_4b_it.json")
+    text, vision = real["text_config"], real["vision_config"]
+    heads = vision["num_attention_heads"]
+    text = {
+        "vocab_size": 262208,
+        "hidden_size": round(text["hidden_size"] * args.scale),
+        "intermediate_size": round(text["intermediate_size"] * args.scale),
+        "num_hidden_layers": max(1, round(text["num_hidden_layers"] * args.scale)),
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": text["sliding_window"],
+        "layer_types": None,  # Gemma-3's five sliding-window layers, then one global
+    }
+    vision = {
+        "hidden_size": round(vision["hidden_size"] * args.scale / heads) * heads,
+        "intermediate_size": round(vision["intermediate_size"] * args.scale),
+        "num_hidden_layers": args.vision_blocks,
+        "num_attention_heads": heads,
+        "image_size": vision["image_size"],
+        "patch_size": vision["patch_size"],
+    }
+    folder = Path(tempfile.mkdtemp(prefix="gemma3-speed-")) / "model"
+    build_tiny_gemma3(folder, tokens_per_image=256, text_config=text, vision_config=vision)
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    processor = AutoProcessor.from_pretrained(folder)
+    described = (
+        f"Gemma-3-4B-IT at scale {args.scale}: {text['num_hidden_layers']} text layers of "
+        f"{text['hidden_size']}, {vision['num_hidden_layers']} SigLIP blocks of "
+        f"{vision['hidden_size']} ({vision['image_size']} px, patch {vision['patch_size']}, "
+        "256 image tokens)"
+    )
+    return (
+        model,
+        processor,
+        ProcessorBackend(model, processor, batch_size=args.batch_size),
+        described,
+    )
+
+
 def run(args: ScoringSpeedArguments) -> int:
     """Build the model, score the pairs both ways interleaved, print the table; 1 when the
     scores differ by more than ``--tolerance``."""
-    from benchmarks.gpu_check import build_reward_model
     from paco_reward import PacoReward
-    from paco_reward.local_backend import LocalBackend
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cpu = torch.device("cpu")
-    model, processor, config = build_reward_model(
-        args.scale, cpu, torch.float32, vision_blocks=args.vision_blocks
-    )
+    judge = gemma3_judge if args.family == "gemma3" else qwen2_5_vl_judge
+    model, processor, backend, described = judge(args)
     reference = TransformersReference(copy.deepcopy(model), processor, args.batch_size)
-    reward = PacoReward(LocalBackend(model, processor, batch_size=args.batch_size))
+    reward = PacoReward(backend)
     paths = {"transformers": reference.score_pairs, "PacoReward": reward.score_pairs}
     pairs = make_pairs(args)
     seconds: dict[str, list[float]] = {name: [] for name in paths}
@@ -148,15 +237,11 @@ def run(args: ScoringSpeedArguments) -> int:
         for name, score in paths.items():
             elapsed, scores[name] = _timed(score, pairs)
             seconds[name].append(elapsed)
-    vision = config["vision_config"]
     difference = float(np.abs(scores["PacoReward"] - scores["transformers"]).max())
     print(
         f"Scoring {args.pairs} pairs of {args.resolution} px images ({args.images} distinct), "
         f"batch {args.batch_size}, {args.rounds} rounds, {torch.get_num_threads()} threads; "
-        f"Qwen2.5-VL-7B at scale {args.scale}: {config['num_hidden_layers']} text layers of "
-        f"{config['hidden_size']}, {vision['depth']} vision blocks of {vision['hidden_size']} "
-        f"(patch {vision['patch_size']}, window {vision['window_size']} px, full attention in "
-        f"blocks {vision['fullatt_block_indexes']}), fp32\n"
+        f"{described}, fp32\n"
     )
     print("| path | s/round (median) | rounds | pairs/s |")
     print("|---|---:|---:|---:|")

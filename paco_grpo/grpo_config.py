@@ -181,7 +181,7 @@ class EvalSection:
     reward_kwargs: dict[str, dict] | None = field(
         default=None,
         metadata={
-            "help": "Per-reward constructor arguments at evaluation; defaults to the training ones."
+            "help": "Per-reward constructor arguments at evaluation (e.g. a judge of another family: {consistency: {model: Gemma-3-4B-IT, server_url: ...}}); defaults to the training ones. A reward whose arguments equal its training ones is the training instance."
         },
     )
     seed: int = field(
@@ -580,6 +580,26 @@ class GRPOConfig(YAMLConfig):
     def mixed_precision(self) -> str:
         """accelerate's name of the mixed precision: ``"bf16"``, ``"fp16"`` or ``"no"``."""
         return "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
+
+    def separate_test_rewards(self) -> dict[str, dict]:
+        """The evaluation rewards built apart from the training ones, as ``{name: constructor
+        arguments}``: those of ``test.rewards`` that training has not, or whose
+        ``test.reward_kwargs`` differ from the training ones (a judge of another family, as
+        in ``recipes/grpo_flux_t2is_cross_judge.yaml``). Every other evaluation reward is its
+        training instance, its model loaded once.
+
+        Example:
+            >>> cfg = GRPOConfig.from_yaml("recipes/grpo_flux_t2is_cross_judge.yaml")  # doctest: +SKIP
+            >>> cfg.separate_test_rewards()  # doctest: +SKIP
+            {'consistency': {'model': 'Gemma-3-4B-IT', 'server_url': 'http://127.0.0.1:8000/v1', ...}}
+        """
+        train = self.reward_kwargs or {}
+        test = self.test.reward_kwargs or train
+        return {
+            name: dict(test.get(name) or {})
+            for name in self.test.rewards or self.rewards
+            if name not in self.rewards or (test.get(name) or {}) != (train.get(name) or {})
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

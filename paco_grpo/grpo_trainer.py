@@ -82,7 +82,9 @@ class GRPOTrainer:
     Args:
         config: the :class:`GRPOConfig`.
         rewards: ``{name: reward}``; default: built from ``config.rewards`` via the registry.
-        test_rewards: rewards for evaluation; default: ``config.test.rewards`` (or ``rewards``).
+        test_rewards: rewards for evaluation; default: ``config.test.rewards`` (or ``rewards``),
+            each with its ``config.test.reward_kwargs`` (the training instance where they equal
+            the training arguments: :meth:`GRPOConfig.separate_test_rewards`).
         pipeline: an already loaded diffusers pipeline (default: ``from_pretrained``).
     """
 
@@ -113,7 +115,8 @@ class GRPOTrainer:
             lambda gpu_gb: plan_grpo(cfg, num_processes=state.num_processes, gpu_memory_gb=gpu_gb,
                                      sharded=state.distributed_type == DistributedType.FSDP,
                                      built_rewards=list(rewards or ()),
-                                     num_machines=launched_nodes()),
+                                     num_machines=launched_nodes(),
+                                     built_test_rewards=list(test_rewards or ())),
             device, skip=cfg.skip_plan_check, is_main_process=state.is_main_process,
         )  # fmt: skip
 
@@ -134,14 +137,11 @@ class GRPOTrainer:
         if missing:
             raise InputError(f"config.rewards names {missing} but no such reward was passed.")
         if test_rewards is None:
-            if cfg.test.rewards is None and cfg.test.reward_kwargs is None:
-                test_rewards = self.rewards
-            else:
-                test_rewards = build_rewards(
-                    cfg.test.rewards or cfg.rewards,
-                    cfg.test.reward_kwargs or cfg.reward_kwargs,
-                    device=device,
-                )
+            # an evaluation reward with its training arguments is the training instance
+            weights = cfg.test.rewards or cfg.rewards
+            separate = cfg.separate_test_rewards()
+            built = build_rewards({n: weights[n] for n in separate}, separate, device=device)
+            test_rewards = {n: built[n] if n in separate else self.rewards[n] for n in weights}
         self.test_rewards = test_rewards
 
         # --- accelerator (trackers under output_dir) and seeding

@@ -117,23 +117,26 @@ def transformer_activation_bytes(
     return activation_bytes(model, forward, calls=calls).bytes(gradient_checkpointing)
 
 
-def _reward_components(config: GRPOConfig, built: Collection[str] = ()) -> list[Component]:
+def _reward_components(
+    rewards: dict[str, dict], built: Collection[str] = (), label: str = "reward"
+) -> list[Component]:
+    """One component per reward of ``rewards`` (``{name: constructor arguments}``): its model's
+    parameters when it runs in this process, nothing when served or built by the caller."""
     from paco_grpo.rewards.registry import REWARDS
 
     out = []
-    for name in config.rewards:
+    for name, kwargs in rewards.items():
         if name in built:  # the caller's own object: its model is not the config's to read
-            out.append(Component(f"reward {name}", 0, "-", bytes=0, kind="reward",
+            out.append(Component(f"{label} {name}", 0, "-", bytes=0, kind="reward",
                                  note="built by the caller: not counted"))  # fmt: skip
             continue
-        kwargs = dict((config.reward_kwargs or {}).get(name) or {})
         cls = REWARDS.get(name)
         signature = inspect.signature(cls).parameters if cls else {}
         model = kwargs.get("model", signature["model"].default if "model" in signature else None)
         if model is None or model is inspect.Parameter.empty:
             continue  # a reward without a model (panel_colour_agreement)
         if kwargs.get("server_url"):
-            out.append(Component(f"reward {name}: {model}", 0, "-", bytes=0, kind="reward",
+            out.append(Component(f"{label} {name}: {model}", 0, "-", bytes=0, kind="reward",
                                  note=f"served at {kwargs['server_url']}: nothing here"))  # fmt: skip
             continue
         default = signature["dtype"].default if "dtype" in signature else "float32"
@@ -141,7 +144,7 @@ def _reward_components(config: GRPOConfig, built: Collection[str] = ()) -> list[
         params = count_parameters(build_empty(model_config(model)))
         servable = "server_url" in signature  # the rewards that can score on a server
         note = "in this process" + (" (serve it to free this)" if servable else "")
-        out.append(Component(f"reward {name}: {model}", params, str(dtype), kind="reward",
+        out.append(Component(f"{label} {name}: {model}", params, str(dtype), kind="reward",
                              note=note))  # fmt: skip
     return out
 
@@ -226,13 +229,17 @@ def plan_grpo(
     sharded: bool = False,
     built_rewards: Collection[str] = (),
     num_machines: int = 1,
+    built_test_rewards: Collection[str] = (),
 ) -> Plan:
     """The memory of one training process of ``config`` launched on ``num_processes`` in
     all, over ``num_machines`` nodes (``sharded``: FSDP, the transformer and its LoRA states
     divided among them), and whether it fits ``gpu_memory_gb``; with the reward servers the
     config scores on (:func:`reward_server_facts`). The rewards named in ``built_rewards``
     are objects the caller built (``GRPOTrainer(config, rewards=...)``): listed, not
-    counted, since their models need not be those ``config.reward_kwargs`` names.
+    counted, since their models need not be those ``config.reward_kwargs`` names; so are
+    ``built_test_rewards`` (``test_rewards=...``). An evaluation reward built apart from the
+    training ones (:meth:`GRPOConfig.separate_test_rewards`: another judge) is a ``test
+    reward`` row.
 
     Raises:
         EpochShapeError: when the epoch does not split over ``num_processes``.
@@ -298,7 +305,11 @@ def plan_grpo(
             f"({'off' if ckpt else 'on'}: {other:.1f} GiB)",
         )  # fmt: skip
     )
-    components += _reward_components(config, built_rewards)
+    train_rewards = {name: (config.reward_kwargs or {}).get(name) or {} for name in config.rewards}
+    components += _reward_components(train_rewards, built_rewards)
+    components += _reward_components(
+        config.separate_test_rewards(), built_test_rewards, label="test reward"
+    )
 
     memory = int(gpu_memory_gb * GiB) if gpu_memory_gb else None
     plan = Plan(

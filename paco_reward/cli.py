@@ -85,7 +85,7 @@ class ModelArguments:
     )
 
     def load_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``PacoReward.from_pretrained`` (and ``LocalBackend``'s)
+        """The keyword arguments of ``PacoReward.from_pretrained`` (and ``TransformersBackend``'s)
         after ``MODEL``."""
         names = ("adapter", "revision", "cache_dir", "trust_remote_code",
                  "attn_implementation", "dtype", "device")  # fmt: skip
@@ -224,8 +224,8 @@ def serve(args: ServeArguments) -> int:
     from PIL import Image
 
     from paco_reward.launch import is_loopback
-    from paco_reward.local_backend import LocalBackend
     from paco_reward.server.app import create_app
+    from paco_reward.transformers_backend import TransformersBackend
 
     if not is_loopback(args.host) and not args.api_key:
         logger.warning(
@@ -238,7 +238,7 @@ def serve(args: ServeArguments) -> int:
     # PIL's own bomb guard (process-wide; this process only serves): never decode more
     # than our limit, even on a path that skipped the header check.
     Image.MAX_IMAGE_PIXELS = config.max_image_pixels
-    backend = LocalBackend.from_pretrained(
+    backend = TransformersBackend.from_pretrained(
         args.model, **args.load_kwargs(), batch_size=config.max_batch_size
     )
     app = create_app(backend, config)

@@ -83,10 +83,11 @@ class YesNoTokenError(PacoError, ValueError):
 
 
 class UnsupportedModelError(PacoError, ValueError):
-    """A model the library cannot use: no image input (a text-only model), an image processor
-    that is not Qwen-VL's dynamic-resolution kind (no patch or merge size, no image
-    placeholder token), or a vision tower whose output is not split by image. The message
-    names what is missing."""
+    """A model the library cannot use: no image input (a text-only model) or no chat template;
+    a vision tower whose output is not split by image; or, where Qwen-VL's dynamic-resolution
+    image processing is needed (the Qwen-VL scorer ``LocalBackend``, the SFT trainer, the
+    in-process vLLM backend), an image processor of another kind (no patch or merge size, no
+    image placeholder token). The message names what is missing."""
 
 
 class VisionAttentionError(UnsupportedModelError):

@@ -4,7 +4,10 @@ Accepted inputs: PIL images, paths, uint8 HWC (or HW) arrays, float HWC arrays i
 [0, 1], float CHW tensors in [0, 1] and uint8 CHW tensors. The result is always an
 RGB PIL image; transparent pixels are composited on white, as Qwen-VL's own
 loader does. :func:`resize_for_model` then applies the model processor's pixel budget
-(Qwen2.5-VL: 28 x 28 pixels per vision token; Qwen3-VL: 32 x 32).
+(Qwen2.5-VL: 28 x 28 pixels per vision token; Qwen3-VL: 32 x 32). A family without one
+(Gemma-3 resizes every image to a fixed 896 x 896) has no :class:`ImagePolicy`
+(:func:`model_image_policy` gives ``None``): its own processor resizes, in-process and on a
+server alike, so the image is passed on as it is.
 
     >>> import numpy as np
     >>> load_image(np.zeros((8, 6, 3), dtype=np.uint8)).size
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from paco_reward.errors import ConfigError, InvalidImageError
+from paco_reward.errors import ConfigError, InputError, InvalidImageError
 
 ImageInput = Image.Image | str | os.PathLike | np.ndarray | Any
 
@@ -178,13 +181,63 @@ class ImagePolicy:
             )
 
 
+def has_pixel_budget(image_processor) -> bool:
+    """Whether ``image_processor`` resizes as Qwen-VL's dynamic-resolution processors do: a
+    ``size`` pixel budget (``shortest_edge`` / ``longest_edge``), a ``patch_size`` and a
+    ``merge_size``.
+
+    Example:
+        >>> from transformers import Gemma3ImageProcessor, Qwen2VLImageProcessor
+        >>> has_pixel_budget(Qwen2VLImageProcessor()), has_pixel_budget(Gemma3ImageProcessor())
+        (True, False)
+    """
+    size = getattr(image_processor, "size", None) or {}
+    return (
+        getattr(image_processor, "patch_size", None) is not None
+        and getattr(image_processor, "merge_size", None) is not None
+        and "shortest_edge" in size
+        and "longest_edge" in size
+    )
+
+
+def model_image_policy(
+    processor, min_pixels: int | None = None, max_pixels: int | None = None
+) -> ImagePolicy | None:
+    """The :class:`ImagePolicy` images are resized to before the model's processor sees them:
+    a Qwen-VL processor's pixel budget (:meth:`ImagePolicy.from_processor`), or ``None`` for
+    a processor that resizes every image itself (Gemma-3's fixed square, ...).
+
+    Raises:
+        InputError: ``min_pixels``/``max_pixels`` given for a processor without a budget.
+
+    Example:
+        >>> from transformers import Gemma3ImageProcessor
+        >>> model_image_policy(Gemma3ImageProcessor()) is None
+        True
+    """
+    image_processor = getattr(processor, "image_processor", processor)
+    if has_pixel_budget(image_processor):
+        return ImagePolicy.from_processor(image_processor, min_pixels, max_pixels)
+    if min_pixels is not None or max_pixels is not None:
+        raise InputError(
+            f"min_pixels={min_pixels} / max_pixels={max_pixels} set a Qwen-VL pixel budget, but "
+            f"{type(image_processor).__name__} has none: it resizes every image itself (size "
+            f"{getattr(image_processor, 'size', '?')}). Drop min_pixels and max_pixels."
+        )
+    return None
+
+
 # Qwen-VL's processors refuse images whose long side exceeds 200x the short one.
 MAX_ASPECT_RATIO = 200
 
 
-def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image") -> Image.Image:
+def resize_for_model(
+    image: Image.Image, policy: ImagePolicy | None, name: str = "image"
+) -> Image.Image:
     """Resize exactly as ``qwen_vl_utils.fetch_image`` does (same rounding, same resampling),
-    so scores match the model card's ``process_vision_info`` path.
+    so scores match the model card's ``process_vision_info`` path. With ``policy=None`` (a
+    model whose processor resizes itself, see :func:`model_image_policy`) ``image`` is
+    returned as it is.
 
     An extreme aspect ratio under a small budget (a 3000x20 strip at 4 vision tokens) makes
     that rounding give a side of 0 pixels. Then the short side gets one patch (``factor``
@@ -200,6 +253,8 @@ def resize_for_model(image: Image.Image, policy: ImagePolicy, name: str = "image
     """
     from qwen_vl_utils.vision_process import smart_resize
 
+    if policy is None:
+        return image
     ratio = max(image.size) / min(image.size)
     if ratio > MAX_ASPECT_RATIO:
         raise InvalidImageError(

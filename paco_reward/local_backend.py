@@ -23,59 +23,60 @@ Nothing in a call reads a device tensor back but the results, once, at the end, 
 pairs' order. This is token-for-token what ``processor(text, images)`` + ``model(**inputs)``
 computes (the parity tests check it), minus the repeated vision work. The model is any
 Qwen-VL family's (Qwen2.5-VL, Qwen3-VL, ...): its class comes from its config and its image
-handling from its processor (:mod:`paco_reward.modeling`).
+handling from its processor (:mod:`paco_reward.modeling`). Loading and the pipelining are
+:class:`~paco_reward.transformers_backend.TransformersBackend`'s; another family scores
+through :class:`~paco_reward.processor_backend.ProcessorBackend`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 
-from paco_reward.devices import default_device, host_to_device, pin_for, resolve_device
-from paco_reward.errors import InputError
+from paco_reward.devices import host_to_device, pin_for
 from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask
-from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
 from paco_reward.modeling import (
     ImageFeatures,
+    check_qwen_vl_processor,
     image_features,
     join_image_features,
-    load_adapter,
-    load_evaluator_model_and_processor,
     vision_tower,
 )
-from paco_reward.stage_timer import StageTimer
 from paco_reward.templates import build_messages
+from paco_reward.transformers_backend import PairRequest, TransformersBackend
 from paco_reward.vision_attention import group_vision_attention
-from paco_reward.yes_no import YesNoTokens, yes_probability
+from paco_reward.yes_no import YesNoTokens
 
 logger = logging.getLogger(__name__)
 
-# (index of first image, index of second image, instruction text)
-PairRequest = tuple[int, int, str]
+__all__ = [
+    "DEFAULT_VISION_BATCH_SIZE",
+    "LocalBackend",
+    "PairRequest",
+    "render_prompt_ids",
+    "render_prompt_text",
+]
+
 # An image's (t, h, w) patch grid.
 Grid = tuple[int, int, int]
 # Images per vision-tower pass by default (measured on the CPU: docs/benchmarks.md).
 DEFAULT_VISION_BATCH_SIZE = 16
-_Job = TypeVar("_Job")
-_Prepared = TypeVar("_Prepared")
-_Result = TypeVar("_Result")
 
 
 def render_prompt_text(processor, instruction: str, num_images: int = 2) -> str:
     """The chat prompt for a pair as text, up to and including the generation prompt
-    (``<|im_start|>assistant`` and its newline), with ONE ``<|image_pad|>`` per image. Every
-    scorer (transformers, vLLM) and the SFT collator render through this, so a model is
-    scored on exactly the prompt it was trained on.
+    (``<|im_start|>assistant`` and its newline for Qwen-VL), with ONE image placeholder per
+    image (Qwen-VL's ``<|image_pad|>``, Gemma-3's ``<start_of_image>``), as the model's own
+    chat template renders :func:`~paco_reward.templates.build_messages`. Every scorer
+    (transformers, vLLM) and the SFT collator render through this, so a model is scored on
+    exactly the prompt it was trained on.
 
     Example:
         >>> text = render_prompt_text(processor, render_instruction("rank"))  # doctest: +SKIP
@@ -97,61 +98,13 @@ def render_prompt_ids(processor, instruction: str, num_images: int = 2) -> list[
     return processor.tokenizer.encode(text, add_special_tokens=False)
 
 
-# Strategies of a transformers ``device_map`` (anything else names one device).
-DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
-# Keys of ``model_kwargs`` that ``LocalBackend.from_pretrained`` takes as arguments of its own.
-_OWN_ARGUMENTS = {
-    **{name: f"{name}=" for name in (*HUB_KWARGS, "dtype", "device_map", "attn_implementation")},
-    "torch_dtype": "dtype=",
-    "device": "device= or device_map=",
-}
-
-
-def resolve_device_map(device_map: str | int | torch.device | dict | None):
-    """A transformers ``device_map`` with a bare ``"cuda"`` given this process's index (see
-    :mod:`paco_reward.devices`); strategies (``"auto"``, ...) and dicts are kept as given.
-
-    Example:
-        >>> resolve_device_map("cpu"), resolve_device_map("auto")
-        (device(type='cpu'), 'auto')
-    """
-    if device_map is None or isinstance(device_map, dict) or device_map in DEVICE_MAP_STRATEGIES:
-        return device_map
-    return resolve_device(device_map)
-
-
-def _placements(device_map) -> list[torch.device]:
-    """The devices a ``device_map`` may put weights on (CUDA for a strategy when available)."""
-    if isinstance(device_map, dict):
-        values = [v for v in device_map.values() if v not in ("disk", "meta")]
-    else:
-        values = [device_map]
-    placements = []
-    for value in values:
-        if value in DEVICE_MAP_STRATEGIES:
-            placements.append(default_device())
-        elif isinstance(value, int):
-            placements.append(torch.device("cuda", value))
-        else:
-            placements.append(torch.device(value))
-    return placements
-
-
-def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
-    """bfloat16 when the weights go to a CUDA device, else float32.
-
-    Example:
-        >>> default_dtype(torch.device("cpu")), default_dtype(None, device_map={"": "cpu"})
-        (torch.float32, torch.float32)
-    """
-    targets = _placements(device_map) if device_map is not None else [device]
-    on_cuda = any(t is not None and t.type == "cuda" for t in targets)
-    return torch.bfloat16 if on_cuda else torch.float32
-
-
-class LocalBackend:
+class LocalBackend(TransformersBackend):
     """Holds a Qwen-VL-family model (Qwen2.5-VL, Qwen3-VL, ...) and its processor; scores
     pairs of pre-normalised images (see the module's docstring for how).
+    ``LocalBackend.from_pretrained`` loads a Qwen-VL model only;
+    :meth:`TransformersBackend.from_pretrained <paco_reward.transformers_backend.TransformersBackend.from_pretrained>`
+    picks this class or :class:`~paco_reward.processor_backend.ProcessorBackend` from the
+    model.
 
     Args:
         model / processor: a loaded evaluator (:func:`~paco_reward.modeling.load_evaluator_model_and_processor`).
@@ -166,6 +119,7 @@ class LocalBackend:
             (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
 
     Raises:
+        UnsupportedModelError: the processor has no Qwen-VL image processing.
         VisionAttentionError: the model's vision tower or attention is not of the shape the
             scorer's precomputed inputs and grouped window attention were written for.
     """
@@ -182,6 +136,7 @@ class LocalBackend:
         max_pixels: int | None = None,
         name: str = "local",
     ) -> None:
+        self.check_processor(processor, name)
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = processor.tokenizer
@@ -203,138 +158,12 @@ class LocalBackend:
         self.rows = PromptRows(self.model, self.prompt_ids, self.image_token_id, self.merge_length)
         text_config = getattr(self.model.config, "text_config", self.model.config)
         self.text_attention = text_config._attn_implementation
-        self.stage_timer: StageTimer | None = None
-        self._worker: ThreadPoolExecutor | None = None
+        self.stage_timer = None
+        self._worker = None
 
-    # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(
-        cls,
-        path_or_id: str | Path,
-        adapter: str | Path | None = None,
-        device: str | torch.device | None = None,
-        dtype: torch.dtype | str | None = None,
-        *,
-        batch_size: int = 8,
-        vision_batch_size: int | None = None,
-        canonical_yes_no: bool = True,
-        min_pixels: int | None = None,
-        max_pixels: int | None = None,
-        merge_adapter: bool = True,
-        revision: str | None = None,
-        cache_dir: str | Path | None = None,
-        token: str | bool | None = None,
-        local_files_only: bool = False,
-        trust_remote_code: bool = False,
-        device_map: str | int | torch.device | dict | None = None,
-        attn_implementation: str | None = None,
-        model_kwargs: Mapping[str, Any] | None = None,
-        adapter_kwargs: Mapping[str, Any] | None = None,
-    ) -> LocalBackend:
-        """Load a Qwen-VL-family evaluator (the class its config names, through
-        ``AutoModelForImageTextToText``), and optionally a PEFT LoRA ``adapter``, with its
-        processor; the arguments are those of :meth:`paco_reward.PacoReward.from_pretrained`.
-
-        Raises:
-            TypeError: ``model_kwargs`` or ``adapter_kwargs`` holds a key that has its own
-                argument here, or an unknown one.
-            ValueError: both ``device`` and ``device_map`` are given.
-            UnsupportedModelError: the model has no image input or no Qwen-VL image
-                processing (checked before the weights load).
-            YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
-            WeightsMismatchError: a weight of the model or the adapter is missing or
-                unexpected (the model would score with randomly initialised weights).
-            VisionAttentionError: the vision tower is not one the scorer knows (see
-                :mod:`paco_reward.vision_attention`).
-
-        Example:
-            >>> backend = LocalBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B", revision="main",
-            ...                                        device_map="auto")  # doctest: +SKIP
-        """
-        if device is not None and device_map is not None:
-            raise InputError(
-                f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
-                f"accelerate; got {device_map!r}), not both."
-            )
-        model_kwargs = check_kwargs(model_kwargs, name="model_kwargs", reserved=_OWN_ARGUMENTS)
-        adapter_kwargs = check_kwargs(adapter_kwargs, name="adapter_kwargs", allowed=ADAPTER_KWARGS)
-        hub = hub_kwargs(
-            revision=revision,
-            cache_dir=cache_dir,
-            token=token,
-            local_files_only=local_files_only,
-            trust_remote_code=trust_remote_code,
-        )
-        device_map = resolve_device_map(device_map)
-        device = resolve_device(device) if device_map is None else None
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if dtype is None:
-            dtype = default_dtype(device, device_map)
-        load_kwargs = {**model_kwargs, **hub, "dtype": dtype}
-        if device_map is not None:
-            load_kwargs["device_map"] = device_map
-        if attn_implementation:
-            load_kwargs["attn_implementation"] = attn_implementation
-        processor_source, processor_kwargs = path_or_id, hub
-        if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
-            processor_source = adapter
-            processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
-        model, processor = load_evaluator_model_and_processor(
-            path_or_id,
-            processor_source=processor_source,
-            processor_kwargs=processor_kwargs,
-            **load_kwargs,
-        )
-        if adapter is not None:
-            # Where to find files applies to the adapter too; its revision is its own.
-            shared = {k: v for k, v in hub.items() if k in ADAPTER_KWARGS and k != "revision"}
-            model = load_adapter(model, adapter, **shared, **adapter_kwargs)
-            if merge_adapter:
-                model = model.merge_and_unload()
-        name = Path(str(adapter or path_or_id)).name
-        if device is not None:
-            model = model.to(device)
-        return cls(
-            model,
-            processor,
-            batch_size=batch_size,
-            vision_batch_size=vision_batch_size,
-            canonical_yes_no=canonical_yes_no,
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-            name=name,
-        )
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    # ------------------------------------------------------------------ pipeline
-    def _host_stage(self, name: str) -> AbstractContextManager:
-        return self.stage_timer.host_stage(name) if self.stage_timer else nullcontext()
-
-    def _device_stage(self, name: str) -> AbstractContextManager:
-        return self.stage_timer.device_stage(name) if self.stage_timer else nullcontext()
-
-    def _pipelined(
-        self,
-        jobs: Sequence[_Job],
-        prepare: Callable[[_Job], _Prepared],
-        run: Callable[[_Prepared], _Result],
-    ) -> list[_Result]:
-        """``run(prepare(job))`` for each job in order, each job's ``prepare`` (host work) in
-        the worker thread while the previous job's ``run`` queues the model's work."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="paco-preprocess")
-        results: list[_Result] = []
-        pending: Future | None = self._worker.submit(prepare, jobs[0]) if jobs else None
-        for k in range(len(jobs)):
-            prepared = pending.result()
-            if k + 1 < len(jobs):
-                pending = self._worker.submit(prepare, jobs[k + 1])
-            results.append(run(prepared))
-        return results
+    def check_processor(cls, processor, source: str | Path) -> None:
+        check_qwen_vl_processor(processor, source)
 
     # ------------------------------------------------------------------ vision
     def preprocess_images(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -536,17 +365,6 @@ class LocalBackend:
         results = torch.empty_like(sorted_results)
         results[torch.tensor(order, dtype=torch.long)] = sorted_results
         return results
-
-    def score_batch(
-        self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
-    ) -> np.ndarray:
-        """Scores of ``pairs`` (indices into ``images``); each image is encoded once."""
-        if not pairs:
-            return np.zeros(0, dtype=np.float64)
-        scores = self.first_token_outputs(
-            images, pairs, lambda logits: yes_probability(logits, tokens=self.yes_no)
-        )
-        return scores.double().numpy()
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()

@@ -1,16 +1,18 @@
-"""The evaluator's model, whatever its Qwen-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...).
+"""The evaluator's model: any image-text-to-text model, Qwen-VL families (Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL, ...) first among them.
 
-Every load of the evaluator goes through here: the scorer (:class:`~paco_reward.local_backend.LocalBackend`,
+Every load of the evaluator goes through here: the scorer (:class:`~paco_reward.transformers_backend.TransformersBackend`,
 and so ``paco-reward serve``), the SFT trainer's :func:`~paco_reward.training.loading.load_model_and_processor`
 and :func:`~paco_reward.training.merge.merge_lora`. The class comes from the checkpoint's
-config, through transformers' ``AutoModelForImageTextToText``; the image budget, patch and
-merge sizes come from the checkpoint's processor. Loading is checked, before and after the
-weights are read:
+config, through transformers' ``AutoModelForImageTextToText``; the image handling comes from
+the checkpoint's processor. Loading is checked, before and after the weights are read:
 
 * before: the config is an image-text-to-text model (:class:`~paco_reward.errors.UnsupportedModelError`
-  for a text-only one), the processor has Qwen-VL's dynamic-resolution image processing
-  (patch and merge sizes, an image placeholder token) and the tokenizer single-token "Yes"
-  and "No" (:class:`~paco_reward.errors.YesNoTokenError`);
+  for a text-only one), the processor holds an image processor, a tokenizer and a chat
+  template, and the tokenizer has single-token "Yes" and "No"
+  (:class:`~paco_reward.errors.YesNoTokenError`); where a caller needs it (the Qwen-VL
+  scorer's vision reuse, the SFT collator), Qwen-VL's dynamic-resolution image processing too
+  (patch and merge sizes, a pixel budget, an image placeholder token);
 * after: every weight of the class was in the checkpoint and every weight of the checkpoint
   was used (:class:`~paco_reward.errors.WeightsMismatchError`). transformers only logs a
   mismatch and initialises the missing weights at random; a scorer built on that would score
@@ -42,8 +44,10 @@ __all__ = [
     "ImageFeatures",
     "check_loading_info",
     "check_processor",
+    "check_qwen_vl_processor",
     "check_vision_language_config",
     "image_features",
+    "is_qwen_vl_processor",
     "join_image_features",
     "load_adapter",
     "load_evaluator_model_and_processor",
@@ -87,15 +91,14 @@ def check_vision_language_config(config, source: str | Path) -> None:
     raise UnsupportedModelError(
         f"{str(source)!r} is a {model_type!r} model ({', '.join(architectures)}) with no image "
         "input: it is not an image-text-to-text model. A PaCo evaluator is a vision-language "
-        "model that transformers' AutoModelForImageTextToText loads, with Qwen-VL image "
-        "processing (Qwen2.5-VL, Qwen3-VL, ...); pass such a folder or hub id."
+        "model that transformers' AutoModelForImageTextToText loads (Qwen2.5-VL, Qwen3-VL, "
+        "Gemma-3, ...); pass such a folder or hub id."
     )
 
 
 def check_processor(processor, source: str | Path = "the model") -> None:
-    """Raise unless ``processor`` can feed the evaluator: an image processor of Qwen-VL's kind
-    (``patch_size``, ``merge_size`` and a ``size`` pixel budget), an image placeholder token,
-    and a tokenizer with single-token "Yes" and "No".
+    """Raise unless ``processor`` can feed an evaluator: an image processor, a tokenizer with
+    single-token "Yes" and "No", and a chat template (the prompt is rendered with it).
 
     Raises:
         UnsupportedModelError: naming the missing piece.
@@ -109,22 +112,57 @@ def check_processor(processor, source: str | Path = "the model") -> None:
         raise UnsupportedModelError(
             f"{name} has no image processor, so the model takes no image input: a PaCo "
             "evaluator needs a vision-language model whose AutoProcessor holds an image "
-            "processor and a tokenizer (Qwen2.5-VL, Qwen3-VL, ...)."
+            "processor and a tokenizer (Qwen2.5-VL, Qwen3-VL, Gemma-3, ...)."
         )
+    if not getattr(processor, "chat_template", None):
+        raise UnsupportedModelError(
+            f"{name} has no chat template: the evaluator renders each pair's prompt with the "
+            "model's own template. Use the instruction-tuned model (e.g. google/gemma-3-4b-it, "
+            "not the pretrained one), or save a chat_template.jinja with the processor."
+        )
+    YesNoTokens.from_tokenizer(processor.tokenizer)
+
+
+def is_qwen_vl_processor(processor) -> bool:
+    """Whether ``processor`` has Qwen-VL's dynamic-resolution image processing: a pixel budget,
+    patch and merge sizes (:func:`paco_reward.images.has_pixel_budget`) and an image
+    placeholder token expanded to one token per merged patch.
+
+    Example:
+        >>> is_qwen_vl_processor(AutoProcessor.from_pretrained("google/gemma-3-4b-it"))  # doctest: +SKIP
+        False
+    """
+    from paco_reward.images import has_pixel_budget
+
+    image_processor = getattr(processor, "image_processor", None)
+    return (
+        image_processor is not None
+        and has_pixel_budget(image_processor)
+        and getattr(processor, "image_token_id", None) is not None
+    )
+
+
+def check_qwen_vl_processor(processor, source: str | Path = "the model") -> None:
+    """Raise :class:`UnsupportedModelError` unless ``processor`` has Qwen-VL's dynamic-
+    resolution image processing (``patch_size``, ``merge_size``, a ``size`` pixel budget and
+    an image placeholder token): the Qwen-VL scorer's vision reuse and the SFT collator count
+    vision tokens from them."""
+    name = f"{str(source)!r} ({type(processor).__name__})"
+    image_processor = processor.image_processor
     missing = [a for a in _IMAGE_PROCESSOR_ATTRIBUTES if getattr(image_processor, a, None) is None]
     if missing:
         raise UnsupportedModelError(
             f"{name}: its image processor {type(image_processor).__name__} has no {missing}. "
-            "The evaluator resizes images and counts vision tokens as Qwen-VL's dynamic-"
+            "This path resizes images and counts vision tokens as Qwen-VL's dynamic-"
             "resolution processors do (patch_size x merge_size pixels per token, a size pixel "
-            "budget); use a Qwen-VL-family model (Qwen2.5-VL, Qwen3-VL, ...)."
+            "budget); use a Qwen-VL-family model (Qwen2.5-VL, Qwen3-VL, ...), or score any "
+            "other family through PacoReward.from_pretrained (its ProcessorBackend)."
         )
     if getattr(processor, "image_token_id", None) is None:
         raise UnsupportedModelError(
-            f"{name} has no image_token_id: the evaluator expands one image placeholder token "
+            f"{name} has no image_token_id: this path expands one image placeholder token "
             "per image, as Qwen-VL processors do."
         )
-    YesNoTokens.from_tokenizer(processor.tokenizer)
 
 
 # What to check when a model checkpoint does not fit its class.
@@ -206,17 +244,21 @@ def load_evaluator_model_and_processor(
     *,
     processor_source: str | Path | None = None,
     processor_kwargs: Mapping[str, Any] | None = None,
+    qwen_vl: bool = False,
     **model_kwargs,
 ):
     """The evaluator's model and processor, checked in the order that fails cheapest: the
-    config (image input), then the processor (Qwen-VL image processing, single-token
-    "Yes"/"No"), before any weight is read; then the weights, strictly.
+    config (image input), then the processor (single-token "Yes"/"No", a chat template, and
+    with ``qwen_vl`` Qwen-VL image processing), before any weight is read; then the weights,
+    strictly.
 
     Args:
         path_or_id: model folder or hub id.
         processor_source: where the processor comes from (default: ``path_or_id``; a LoRA
             training output holds its own copy).
         processor_kwargs: ``AutoProcessor.from_pretrained`` arguments (the hub ones).
+        qwen_vl: also require Qwen-VL's dynamic-resolution image processing
+            (:func:`check_qwen_vl_processor`), as the SFT trainer does.
         **model_kwargs: the model's ``from_pretrained`` arguments.
 
     Returns:
@@ -236,6 +278,8 @@ def load_evaluator_model_and_processor(
     hub = {k: v for k, v in model_kwargs.items() if k in HUB_KWARGS}
     check_vision_language_config(AutoConfig.from_pretrained(source, **hub), source)
     processor = load_evaluator_processor(processor_source or path_or_id, **(processor_kwargs or {}))
+    if qwen_vl:
+        check_qwen_vl_processor(processor, processor_source or path_or_id)
     return load_vision_language_model(path_or_id, **model_kwargs), processor
 
 
@@ -338,19 +382,25 @@ class ImageFeatures:
     """One image's vision-tower output as the language model reads it: ``fields`` maps each
     field of the family's ``get_image_features`` output (``pooler_output``: the merged
     embeddings; Qwen3-VL's ``deepstack_features``: one tensor per DeepStack block) to this
-    image's part; ``output_class`` is that output's class."""
+    image's part; ``output_class`` is that output's class; ``stacked`` says whether the family
+    returns the images' embeddings as one tensor (Gemma-3: ``[images, tokens, hidden]``) rather
+    than a tuple of per-image tensors (Qwen-VL: a varying token count per image)."""
 
     fields: dict[str, Any]
     output_class: type
+    stacked: bool = False
 
 
 def image_features(vision_output) -> list[ImageFeatures]:
     """Split a ``get_image_features`` output of several images into one :class:`ImageFeatures`
-    per image. A field that is a tuple of per-image tensors is split by image; one that is a
-    list of such tuples (one per DeepStack block) is split by image in every entry."""
+    per image. The embeddings are split by image (a tuple, or the first dimension of one
+    tensor); another field that is a tuple of per-image tensors is split by image; one that is
+    a list of such tuples (one per DeepStack block) is split by image in every entry."""
     import torch
 
-    per_image = [{"pooler_output": e} for e in vision_output.pooler_output]
+    pooled = vision_output.pooler_output
+    stacked = isinstance(pooled, torch.Tensor)
+    per_image = [{"pooler_output": e} for e in pooled]
     for name, value in vision_output.items():
         if name == "pooler_output" or name in _NOT_FOR_THE_LANGUAGE_MODEL:
             continue
@@ -364,17 +414,21 @@ def image_features(vision_output) -> list[ImageFeatures]:
             )
         for k, fields in enumerate(per_image):
             fields[name] = [entry[k] for entry in value] if by_block else value[k]
-    return [ImageFeatures(fields, type(vision_output)) for fields in per_image]
+    return [ImageFeatures(fields, type(vision_output), stacked) for fields in per_image]
 
 
 def join_image_features(features: Sequence[ImageFeatures]):
     """The ``get_image_features`` output of ``features`` (images in this order), the
     ``mm_encoder_outputs["image"]`` a model's forward takes instead of ``pixel_values``."""
+    import torch
+
     first = features[0]
     joined: dict[str, Any] = {}
     for name, value in first.fields.items():
         if isinstance(value, list):
             joined[name] = [tuple(f.fields[name][i] for f in features) for i in range(len(value))]
+        elif name == "pooler_output" and first.stacked:
+            joined[name] = torch.stack([f.fields[name] for f in features])
         else:
             joined[name] = tuple(f.fields[name] for f in features)
     return first.output_class(**joined)

@@ -19,7 +19,10 @@ yes/no variant scores NaN (with a warning and the ``missing_yes_no`` counter), n
 Images are resized on the client to the served model's own pixel budget (advertised by
 ``paco-reward serve``; for vLLM read from the image processor of the folder or hub id it
 serves, ``/v1/models``' ``root``), so the server's processor leaves them as they are and
-the model sees exactly what the in-process backend feeds it.
+the model sees exactly what the in-process backend feeds it. A model without a pixel budget
+(Gemma-3, whose processor resizes every image to a fixed square; ``paco-reward serve``
+advertises ``"image_policy": null``) gets its images as they are: the server's processor
+resizes them, as the in-process one does.
 
 Several servers: ``base_url`` may be a list of replicas. Requests are spread round-robin;
 a replica that fails at the transport level is marked down and the request goes to the
@@ -58,7 +61,7 @@ import numpy as np
 from PIL import Image
 
 from paco_reward.errors import InputError, LogprobTokenIdsIgnoredError, RewardServerError
-from paco_reward.images import ImagePolicy, image_hash
+from paco_reward.images import ImagePolicy, image_hash, model_image_policy
 from paco_reward.local_backend import PairRequest
 from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
 from paco_reward.templates import build_messages
@@ -142,9 +145,10 @@ class RemoteBackend:
         tokenizer: a tokenizer, or a local folder/hub id of the served model, to resolve
             those ids (a folder or id is also read for the image budget).
         image_policy: pixel budget images are resized to before sending; defaults to the
-            server's advertised policy (``paco-reward serve``), else the image processor of
-            ``tokenizer`` (a folder/id) or of the served model's ``root`` (vLLM), else
-            Qwen2.5-VL's defaults with a warning.
+            server's advertised policy (``paco-reward serve``; ``null`` for a model without
+            one), else the image processor of ``tokenizer`` (a folder/id) or of the served
+            model's ``root`` (vLLM; none for a processor that resizes itself, as Gemma-3's),
+            else Qwen2.5-VL's defaults with a warning.
         replica_cooldown: seconds a replica that failed is left out before it is tried again
             (it is tried at once when every replica is down).
         seed: seed of the jitter generator.
@@ -246,11 +250,11 @@ class RemoteBackend:
             )
         elif self.yes_no_token_ids is None:
             self.yes_no_token_ids = self._discover_yes_no_ids()
-        if image_policy is None and advertised.get("image_policy"):
-            image_policy = ImagePolicy(**advertised["image_policy"])
-        if image_policy is None:
-            image_policy = self._served_image_policy(entry, tokenizer)
-        self.image_policy = image_policy
+        if image_policy is None and "image_policy" in advertised:
+            served = advertised["image_policy"]  # null: the server's processor resizes
+            self.image_policy = ImagePolicy(**served) if served else None
+        else:
+            self.image_policy = image_policy or self._served_image_policy(entry, tokenizer)
 
     # ------------------------------------------------------------------ model check
     def _check_model(self) -> dict:
@@ -325,9 +329,12 @@ class RemoteBackend:
         logger.info("Yes/no token ids from %s/tokenize: %s", root, tokens)
         return [*tokens.yes, *tokens.no]
 
-    def _served_image_policy(self, entry: dict, tokenizer: Any) -> ImagePolicy:
+    def _served_image_policy(self, entry: dict, tokenizer: Any) -> ImagePolicy | None:
         """The served model's pixel budget: from ``tokenizer`` when it names a folder/id, else
-        from the ``root`` the server reports (vLLM: the folder or hub id it loaded)."""
+        from the ``root`` the server reports (vLLM: the folder or hub id it loaded); ``None``
+        when that image processor has none (it resizes every image itself)."""
+        from transformers import AutoImageProcessor
+
         sources = []
         if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
             sources.append(str(tokenizer))
@@ -336,11 +343,19 @@ class RemoteBackend:
         errors = []
         for source in sources:
             try:
-                policy = ImagePolicy.from_pretrained(source)
+                policy = model_image_policy(AutoImageProcessor.from_pretrained(source))
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
                 errors.append(f"{source!r}: {type(err).__name__}: {str(err)[:120]}")
                 continue
-            logger.info("Image budget of %s from %s: %s", self.model, source, policy)
+            if policy is None:
+                logger.info(
+                    "%s resizes images itself (its image processor from %s has no pixel "
+                    "budget): they are sent as they are.",
+                    self.model,
+                    source,
+                )
+            else:
+                logger.info("Image budget of %s from %s: %s", self.model, source, policy)
             return policy
         logger.warning(
             "Cannot read the image processor of model %r served at %s (%s); images are sent "

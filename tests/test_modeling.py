@@ -246,9 +246,11 @@ def test_a_tokenizer_without_single_token_yes_no_fails_before_loading_weights(
 def test_an_image_processor_without_qwen_vl_sizes_is_named(tiny_qwen3_vl_dir):
     from transformers import AutoProcessor
 
-    from paco_reward.modeling import check_processor
+    from paco_reward.modeling import check_qwen_vl_processor, is_qwen_vl_processor
 
     processor = AutoProcessor.from_pretrained(tiny_qwen3_vl_dir)
+    assert is_qwen_vl_processor(processor)
     processor.image_processor.merge_size = None
+    assert not is_qwen_vl_processor(processor)
     with pytest.raises(UnsupportedModelError, match=r"has no \['merge_size'\].*Qwen-VL"):
-        check_processor(processor, "some/model")
+        check_qwen_vl_processor(processor, "some/model")

@@ -36,6 +36,7 @@ SHIPPED = Path(__file__).parent
 
 # Hub id -> shipped config file. The evaluator is Qwen2.5-VL-7B-Instruct fine-tuned, so its
 # architecture is the base's; Qwen3-VL-8B-Instruct is the other evaluator base a recipe names
+# (its published config.json); Gemma-3-4B-IT is the cross-family judge of the PaCo-GRPO guide
 # (its published config.json); PickScore is a CLIP-ViT-H-14. GOT-OCR 2.0 (the ``ocr`` reward's
 # reader): the converted checkpoint's text config (a Qwen2-0.5B decoder) with its vision tower
 # written out; the published file leaves it at transformers' GotOcr2VisionConfig defaults
@@ -44,6 +45,7 @@ MODELS: dict[str, str] = {
     "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b.json",
     "X-GenGroup/PaCo-Reward-7B": "qwen2_5_vl_7b.json",
     "Qwen/Qwen3-VL-8B-Instruct": "qwen3_vl_8b.json",
+    "google/gemma-3-4b-it": "gemma3_4b_it.json",
     "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": "clip_vit_h_14.json",
     "yuvalkirstain/PickScore_v1": "clip_vit_h_14.json",
     "stepfun-ai/GOT-OCR-2.0-hf": "got_ocr2.json",

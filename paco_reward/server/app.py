@@ -1,5 +1,7 @@
 """The FastAPI app of ``paco-reward serve``: OpenAI-compatible chat completions plus a native
-batch scoring route, in front of a micro-batched :class:`~paco_reward.local_backend.LocalBackend`.
+batch scoring route, in front of a micro-batched in-process backend
+(:meth:`TransformersBackend.from_pretrained <paco_reward.transformers_backend.TransformersBackend.from_pretrained>`:
+a Qwen-VL family's ``LocalBackend`` or another family's ``ProcessorBackend``).
 
 Routes:
 
@@ -19,7 +21,7 @@ stops the server. Every response carries an ``X-Request-ID``; an internal error 
 with it and answered without its text. The routes live in :mod:`paco_reward.server.routes`,
 the request bodies in :mod:`paco_reward.server.schemas`.
 
-    >>> app = create_app(LocalBackend.from_pretrained("model/"), ServerConfig("tiny"))  # doctest: +SKIP
+    >>> app = create_app(TransformersBackend.from_pretrained("model/"), ServerConfig("tiny"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ def create_app(backend, config: ServerConfig) -> FastAPI:
     """Build the server app around an in-process backend.
 
     Args:
-        backend: a :class:`~paco_reward.local_backend.LocalBackend` (its ``batch_size`` is the
-            forward-pass chunk; set it to ``config.max_batch_size`` for one pass per batch).
+        backend: an in-process backend (``LocalBackend``, ``ProcessorBackend``; its
+            ``batch_size`` is the forward-pass chunk; set it to ``config.max_batch_size`` for
+            one pass per batch).
         config: limits, batching and the optional API key (``served_model_name=None``: the
             backend's name).
     """

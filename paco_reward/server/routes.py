@@ -143,7 +143,8 @@ async def models(request: Request) -> dict:
                 "canonical": [*state.canonical.yes, *state.canonical.no],
                 "exact": [*state.exact.yes, *state.exact.no],
             },
-            "image_policy": asdict(state.backend.image_policy),
+            # null: the model's processor resizes (Gemma-3, ...); send the images as they are
+            "image_policy": asdict(policy) if (policy := state.backend.image_policy) else None,
             "max_batch_size": state.config.max_batch_size,
         },
     }

@@ -86,7 +86,9 @@ _CORPUS_WORDS = (
 ).split()
 
 
-def _training_corpus(repeats: int = 40) -> list[str]:
+def tokenizer_corpus(repeats: int = 40) -> list[str]:
+    """Lines the tiny tokenizers are trained on: the templates, every Yes/No variant and the
+    consistency vocabulary, ``repeats`` times."""
     from paco_reward.templates import TEMPLATES
 
     lines: list[str] = []
@@ -126,7 +128,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024, extra_corpus: Sequence[str] = (
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_training_corpus() + list(extra_corpus) * 40, trainer=trainer)
+    bpe.train_from_iterator(tokenizer_corpus() + list(extra_corpus) * 40, trainer=trainer)
     tokenizer = Qwen2Tokenizer(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",

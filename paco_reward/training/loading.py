@@ -154,7 +154,9 @@ def load_model_and_processor(args: PacoSFTConfig):
     path = build_or_locate_model(args)
     lora_target_regex(args)  # an unknown target fails before the weights load
     kwargs, hub = model_init_kwargs(args)
-    model, processor = load_evaluator_model_and_processor(path, processor_kwargs=hub, **kwargs)
+    model, processor = load_evaluator_model_and_processor(
+        path, processor_kwargs=hub, qwen_vl=True, **kwargs
+    )
     visual = vision_tower(model)
     if args.use_lora:
         model.requires_grad_(False)

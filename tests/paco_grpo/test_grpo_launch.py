@@ -136,8 +136,14 @@ def _launch(config: Path, nproc: int, runs: dict[str, dict], out: Path) -> dict[
     }
 
 
+# Recipes whose launch is another recipe's: they differ from it only in what this test
+# replaces (the rewards and their arguments, in training and evaluation), so launching them
+# too would prove nothing new; test_recipes_that_share_a_launch_differ_only_in_rewards checks it.
+SAME_LAUNCH = {"recipes/grpo_flux_t2is_cross_judge.yaml": "recipes/grpo_flux_t2is.yaml"}
 GRPO_RECIPES = sorted(
-    str(p) for p in Path("recipes").glob("grpo_*.yaml") if "recipes/accelerate/" in p.read_text()
+    str(p)
+    for p in Path("recipes").glob("grpo_*.yaml")
+    if "recipes/accelerate/" in p.read_text() and str(p) not in SAME_LAUNCH
 )
 
 
@@ -158,6 +164,23 @@ def launched(models, tiny, tmp_path_factory) -> dict[str, tuple]:
 def test_every_registered_pipeline_has_a_real_size_recipe_that_names_a_launch():
     assert {GRPOConfig.from_yaml(r).pipeline for r in GRPO_RECIPES} == set(PIPELINE_SPECS)
     assert "grpo_flux_ocr.yaml" in {Path(r).name for r in GRPO_RECIPES}  # a second FLUX.1 task
+
+
+def _launch_shape(recipe: str) -> tuple:
+    """A recipe's accelerate config and fields, less those this test replaces."""
+    data = yaml.safe_load(Path(recipe).read_text())
+    for key in ("rewards", "reward_kwargs", "output_dir"):
+        data.pop(key, None)
+    data["test"] = {
+        k: v for k, v in (data.get("test") or {}).items() if k not in ("rewards", "reward_kwargs")
+    }
+    return launch_config(recipe), data
+
+
+def test_recipes_that_share_a_launch_differ_only_in_rewards():
+    for recipe, same in SAME_LAUNCH.items():
+        assert _launch_shape(recipe) == _launch_shape(same), recipe
+        assert GRPOConfig.from_yaml(recipe).separate_test_rewards()  # a recipe of its own
 
 
 @pytest.mark.slow

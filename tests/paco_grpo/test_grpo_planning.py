@@ -183,6 +183,61 @@ def test_the_ocr_recipe_plans_its_reader_in_every_process():
     assert f"fits, {verdict}" in open(recipe).read()
 
 
+CROSS_JUDGE = "recipes/grpo_flux_t2is_cross_judge.yaml"
+
+
+def test_the_cross_judge_recipe_counts_its_test_judge():
+    """Trained on PaCo-Reward-7B, evaluated with Gemma-3-4B-IT: both served, neither costs a
+    training process anything, CLIP-T (the same in both) is counted once, and the verdict is
+    the one the recipe's comment quotes; the test judge in each process would be counted from
+    Gemma-3-4B-IT's real architecture (4.30 B parameters in bfloat16)."""
+    served = plan_grpo(GRPOConfig.from_yaml(CROSS_JUDGE), num_processes=7, gpu_memory_gb=80)
+    parts = {c.name: c for c in served.components}
+    assert parts["reward consistency: Paco-Reward-7B"].bytes == 0
+    assert parts["test reward consistency: Gemma-3-4B-IT"].bytes == 0
+    assert [name for name in parts if "clip_t" in name] == [
+        "reward clip_t: laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
+    ]
+    verdict = f"fits, {served.per_process_bytes / GiB:.1f} GiB of 80"
+    assert served.fits is True and verdict in open(CROSS_JUDGE).read()
+
+    judge = {"model": "google/gemma-3-4b-it", "template": "consistency"}
+    clip_t = {"model": "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", "long_text": "truncate"}
+    overrides = {"test.reward_kwargs": {"consistency": judge, "clip_t": clip_t}}
+    local = plan_grpo(GRPOConfig.from_yaml(CROSS_JUDGE, overrides), num_processes=7)
+    gemma = {c.name: c for c in local.components}["test reward consistency: google/gemma-3-4b-it"]
+    assert gemma.parameters == pytest.approx(4.30e9, rel=0.01)
+    assert gemma.bytes == 2 * gemma.parameters  # bfloat16, the scorer's dtype on a GPU
+    assert local.per_process_bytes - served.per_process_bytes == gemma.bytes
+
+
+def test_test_rewards_with_their_training_arguments_are_the_training_instances(flux_dir, tmp_path):
+    """An evaluation reward whose arguments are its training ones is the training object
+    (one model in memory); one with other arguments is built apart, as the plan counts it."""
+    from paco_grpo.grpo_trainer import GRPOTrainer
+    from paco_reward.testing.clip import build_tiny_clip
+
+    clip_t = {"model": str(build_tiny_clip(tmp_path / "clip"))}
+    cfg = GRPOConfig.from_yaml(
+        "recipes/grpo_tiny_cpu.yaml",
+        {
+            "model_name_or_path": str(flux_dir),
+            "output_dir": str(tmp_path / "run"),
+            "report_to": [],
+            "rewards": {"panel_colour_agreement": 1.0, "clip_t": 1.0},
+            "reward_kwargs": {"clip_t": clip_t},
+            "test.reward_kwargs": {"clip_t": clip_t, "panel_colour_agreement": {"layout": "2x2"}},
+        },
+    )
+    assert cfg.separate_test_rewards() == {"panel_colour_agreement": {"layout": "2x2"}}
+    trainer = GRPOTrainer(cfg)
+    assert trainer.test_rewards["clip_t"] is trainer.rewards["clip_t"]
+    colour = trainer.test_rewards["panel_colour_agreement"]
+    assert colour is not trainer.rewards["panel_colour_agreement"] and colour.layout == "2x2"
+    rows = [c.name for c in trainer.plan.components if c.kind == "reward"]
+    assert rows == [f"reward clip_t: {clip_t['model']}"]  # the colour reward holds no model
+
+
 def _tiny_config(flux_dir, out) -> GRPOConfig:
     return GRPOConfig.from_yaml(
         "recipes/grpo_tiny_cpu.yaml",

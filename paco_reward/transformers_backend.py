@@ -1,0 +1,330 @@
+"""In-process scoring with transformers: what every model family's backend shares.
+
+:meth:`TransformersBackend.from_pretrained` loads the evaluator (the class its config names,
+through ``AutoModelForImageTextToText``; an optional PEFT adapter; the processor) and picks
+the backend from the loaded processor:
+
+* :class:`~paco_reward.local_backend.LocalBackend` for a Qwen-VL family (Qwen2.5-VL,
+  Qwen3-VL, ...): dynamic-resolution images, each distinct image through the vision tower once,
+  prompts, rope positions and vision inputs built on the host;
+* :class:`~paco_reward.processor_backend.ProcessorBackend` for any other image-text-to-text
+  model whose tokenizer has single-token "Yes"/"No" (Gemma-3, ...): the model's own processor
+  resizes and expands the images, its vision output reused across pairs where the family
+  allows it.
+
+Both render the same messages with the model's own chat template
+(:func:`~paco_reward.local_backend.render_prompt_text`), score the first answer token through
+:func:`~paco_reward.yes_no.yes_probability`, run their host work (image processing, padding)
+in a worker thread while the model works on the previous chunk, and read the device back
+once per call.
+
+    >>> backend = TransformersBackend.from_pretrained("google/gemma-3-4b-it")  # doctest: +SKIP
+    >>> type(backend).__name__                                                # doctest: +SKIP
+    'ProcessorBackend'
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from PIL import Image
+
+from paco_reward.devices import default_device, resolve_device
+from paco_reward.errors import InputError
+from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, check_source, hub_kwargs
+from paco_reward.modeling import (
+    check_vision_language_config,
+    is_qwen_vl_processor,
+    load_adapter,
+    load_evaluator_processor,
+    load_vision_language_model,
+)
+from paco_reward.stage_timer import StageTimer
+from paco_reward.yes_no import yes_probability
+
+logger = logging.getLogger(__name__)
+
+# (index of first image, index of second image, instruction text)
+PairRequest = tuple[int, int, str]
+_Job = TypeVar("_Job")
+_Prepared = TypeVar("_Prepared")
+_Result = TypeVar("_Result")
+
+# Strategies of a transformers ``device_map`` (anything else names one device).
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+# Keys of ``model_kwargs`` that ``from_pretrained`` takes as arguments of its own.
+_OWN_ARGUMENTS = {
+    **{name: f"{name}=" for name in (*HUB_KWARGS, "dtype", "device_map", "attn_implementation")},
+    "torch_dtype": "dtype=",
+    "device": "device= or device_map=",
+}
+
+
+def resolve_device_map(device_map: str | int | torch.device | dict | None):
+    """A transformers ``device_map`` with a bare ``"cuda"`` given this process's index (see
+    :mod:`paco_reward.devices`); strategies (``"auto"``, ...) and dicts are kept as given.
+
+    Example:
+        >>> resolve_device_map("cpu"), resolve_device_map("auto")
+        (device(type='cpu'), 'auto')
+    """
+    if device_map is None or isinstance(device_map, dict) or device_map in DEVICE_MAP_STRATEGIES:
+        return device_map
+    return resolve_device(device_map)
+
+
+def _placements(device_map) -> list[torch.device]:
+    """The devices a ``device_map`` may put weights on (CUDA for a strategy when available)."""
+    if isinstance(device_map, dict):
+        values = [v for v in device_map.values() if v not in ("disk", "meta")]
+    else:
+        values = [device_map]
+    placements = []
+    for value in values:
+        if value in DEVICE_MAP_STRATEGIES:
+            placements.append(default_device())
+        elif isinstance(value, int):
+            placements.append(torch.device("cuda", value))
+        else:
+            placements.append(torch.device(value))
+    return placements
+
+
+def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
+    """bfloat16 when the weights go to a CUDA device, else float32.
+
+    Example:
+        >>> default_dtype(torch.device("cpu")), default_dtype(None, device_map={"": "cpu"})
+        (torch.float32, torch.float32)
+    """
+    targets = _placements(device_map) if device_map is not None else [device]
+    on_cuda = any(t is not None and t.type == "cuda" for t in targets)
+    return torch.bfloat16 if on_cuda else torch.float32
+
+
+# The in-process backends by family, as "module:class" (imported when first chosen: each
+# subclasses TransformersBackend), in the order they are tried: Qwen-VL's dynamic-resolution
+# scorer for the processors it accepts, the processor-driven one for any other.
+BACKEND_CLASSES = (
+    ("paco_reward.local_backend:LocalBackend", is_qwen_vl_processor),
+    ("paco_reward.processor_backend:ProcessorBackend", lambda processor: True),
+)
+
+
+def backend_class_for(processor) -> type[TransformersBackend]:
+    """The backend that scores with a model of ``processor``'s family: the Qwen-VL one
+    (:class:`~paco_reward.local_backend.LocalBackend`) for dynamic-resolution image
+    processing, else the processor-driven one
+    (:class:`~paco_reward.processor_backend.ProcessorBackend`); see :data:`BACKEND_CLASSES`."""
+    path = next(path for path, accepts in BACKEND_CLASSES if accepts(processor))
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class TransformersBackend:
+    """Loading, pipelining and scoring shared by the in-process backends; a subclass says how
+    its family's pairs become first-answer-token logits (:meth:`first_token_outputs`) and
+    greedy text (:meth:`generate`).
+
+    Attributes:
+        stage_timer: a :class:`~paco_reward.stage_timer.StageTimer` to time the stages into
+            (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
+    """
+
+    model: Any
+    processor: Any
+    name: str
+    stage_timer: StageTimer | None = None
+    _worker: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def check_processor(cls, processor, source: str | Path) -> None:
+        """Raise :class:`~paco_reward.errors.UnsupportedModelError` when this backend cannot
+        score with a model of ``processor``'s family (checked before any weight loads)."""
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        adapter: str | Path | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        *,
+        batch_size: int = 8,
+        vision_batch_size: int | None = None,
+        canonical_yes_no: bool = True,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        merge_adapter: bool = True,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        token: str | bool | None = None,
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        device_map: str | int | torch.device | dict | None = None,
+        attn_implementation: str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
+        adapter_kwargs: Mapping[str, Any] | None = None,
+    ) -> TransformersBackend:
+        """Load an evaluator (the class its config names, through
+        ``AutoModelForImageTextToText``), and optionally a PEFT LoRA ``adapter``, with its
+        processor; the arguments are those of :meth:`paco_reward.PacoReward.from_pretrained`.
+        Called on this class, the backend is the one of the model's family
+        (:func:`backend_class_for`); called on a subclass, that subclass, which must accept
+        the model.
+
+        Raises:
+            TypeError: ``model_kwargs`` or ``adapter_kwargs`` holds a key that has its own
+                argument here, or an unknown one.
+            InputError: both ``device`` and ``device_map`` are given; ``min_pixels`` /
+                ``max_pixels`` for a model whose processor has no pixel budget.
+            PathNotFoundError: ``path_or_id`` names no folder and is no hub id either.
+            UnsupportedModelError: the model has no image input, no chat template, or (on a
+                subclass) not the image processing that subclass needs (checked before the
+                weights load).
+            YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
+            WeightsMismatchError: a weight of the model or the adapter is missing or
+                unexpected (the model would score with randomly initialised weights).
+            VisionAttentionError: a Qwen-VL vision tower the scorer does not know (see
+                :mod:`paco_reward.vision_attention`).
+
+        Example:
+            >>> backend = TransformersBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B",
+            ...                                               device_map="auto")  # doctest: +SKIP
+        """
+        from transformers import AutoConfig
+
+        if device is not None and device_map is not None:
+            raise InputError(
+                f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
+                f"accelerate; got {device_map!r}), not both."
+            )
+        model_kwargs = check_kwargs(model_kwargs, name="model_kwargs", reserved=_OWN_ARGUMENTS)
+        adapter_kwargs = check_kwargs(adapter_kwargs, name="adapter_kwargs", allowed=ADAPTER_KWARGS)
+        hub = hub_kwargs(
+            revision=revision,
+            cache_dir=cache_dir,
+            token=token,
+            local_files_only=local_files_only,
+            trust_remote_code=trust_remote_code,
+        )
+        device_map = resolve_device_map(device_map)
+        device = resolve_device(device) if device_map is None else None
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if dtype is None:
+            dtype = default_dtype(device, device_map)
+        load_kwargs = {**model_kwargs, **hub, "dtype": dtype}
+        if device_map is not None:
+            load_kwargs["device_map"] = device_map
+        if attn_implementation:
+            load_kwargs["attn_implementation"] = attn_implementation
+
+        # Cheapest checks first: the config, then the processor; the weights last.
+        source = check_source(path_or_id)
+        check_vision_language_config(AutoConfig.from_pretrained(source, **hub), source)
+        processor_source, processor_kwargs = path_or_id, hub
+        if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
+            processor_source = adapter
+            processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
+        processor = load_evaluator_processor(processor_source, **processor_kwargs)
+        backend_class = backend_class_for(processor) if cls is TransformersBackend else cls
+        backend_class.check_processor(processor, processor_source)
+        backend_kwargs = backend_class._backend_kwargs(
+            processor,
+            batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
+            canonical_yes_no=canonical_yes_no,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
+        model = load_vision_language_model(path_or_id, **load_kwargs)
+        if adapter is not None:
+            # Where to find files applies to the adapter too; its revision is its own.
+            shared = {k: v for k, v in hub.items() if k in ADAPTER_KWARGS and k != "revision"}
+            model = load_adapter(model, adapter, **shared, **adapter_kwargs)
+            if merge_adapter:
+                model = model.merge_and_unload()
+        if device is not None:
+            model = model.to(device)
+        name = Path(str(adapter or path_or_id)).name
+        return backend_class(model, processor, name=name, **backend_kwargs)
+
+    @classmethod
+    def _backend_kwargs(cls, processor, **kwargs: Any) -> dict[str, Any]:
+        """The constructor's keyword arguments from ``from_pretrained``'s, checked against the
+        processor before any weight loads (a subclass drops or refuses what it does not take)."""
+        return kwargs
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ pipeline
+    def _host_stage(self, name: str) -> AbstractContextManager:
+        return self.stage_timer.host_stage(name) if self.stage_timer else nullcontext()
+
+    def _device_stage(self, name: str) -> AbstractContextManager:
+        return self.stage_timer.device_stage(name) if self.stage_timer else nullcontext()
+
+    def _pipelined(
+        self,
+        jobs: Sequence[_Job],
+        prepare: Callable[[_Job], _Prepared],
+        run: Callable[[_Prepared], _Result],
+    ) -> list[_Result]:
+        """``run(prepare(job))`` for each job in order, each job's ``prepare`` (host work) in
+        the worker thread while the previous job's ``run`` queues the model's work."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="paco-preprocess")
+        results: list[_Result] = []
+        pending: Future | None = self._worker.submit(prepare, jobs[0]) if jobs else None
+        for k in range(len(jobs)):
+            prepared = pending.result()
+            if k + 1 < len(jobs):
+                pending = self._worker.submit(prepare, jobs[k + 1])
+            results.append(run(prepared))
+        return results
+
+    # ------------------------------------------------------------------ scoring
+    def first_token_outputs(
+        self,
+        images: Sequence[Image.Image],
+        pairs: Sequence[PairRequest],
+        reduce: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """``reduce`` of the first-answer-token logits of ``pairs`` (indices into
+        ``images``), on the host, in the order of ``pairs``. ``reduce`` maps a chunk's logits
+        ``[n, vocab]`` to a ``[n, ...]`` tensor on the device. Every scoring path goes through
+        here (the scores, the server's log-probabilities)."""
+        raise NotImplementedError
+
+    def score_batch(
+        self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
+    ) -> np.ndarray:
+        """Scores of ``pairs`` (indices into ``images``); each image is encoded once."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float64)
+        scores = self.first_token_outputs(
+            images, pairs, lambda logits: yes_probability(logits, tokens=self.yes_no)
+        )
+        return scores.double().numpy()
+
+    def generate(
+        self,
+        images: Sequence[Image.Image],
+        instruction: str,
+        max_new_tokens: int = 256,
+        **generate_kwargs,
+    ) -> str:
+        """Greedy (by default) continuation for one pair, decoded without special tokens."""
+        raise NotImplementedError
