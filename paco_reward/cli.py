@@ -1,4 +1,4 @@
-"""``paco-reward``: score, explain, train, merge, serve.
+"""``paco-reward``: score, explain, train, merge, serve, gateway.
 
 Each subcommand module lists its :class:`~paco_reward.command_line.Command` objects in
 ``COMMANDS`` (a dataclass of arguments and a function); this file only gathers them, and

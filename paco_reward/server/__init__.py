@@ -1,8 +1,9 @@
-"""``paco-reward serve``: an OpenAI-compatible, micro-batched reward server (needs the
-``serve`` extra: fastapi, uvicorn).
+"""``paco-reward serve``: an OpenAI-compatible, micro-batched reward server for one model or
+several behind one port, and ``paco-reward gateway``: one port in front of several
+OpenAI-compatible servers (needs the ``serve`` extra: fastapi, uvicorn, httpx).
 
 Imports are lazy, so ``paco_reward.server.cli`` (registered in ``paco-reward``) costs
-nothing until ``serve`` runs.
+nothing until ``serve`` or ``gateway`` runs.
 
     >>> from paco_reward.server import ServerConfig, create_app   # doctest: +SKIP
 """
@@ -13,8 +14,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "GatewayConfig": "paco_reward.server.gateway_config",
     "ServerConfig": "paco_reward.server.config",
     "create_app": "paco_reward.server.app",
+    "create_gateway": "paco_reward.server.gateway",
     "ServerProcess": "paco_reward.server.runner",
     "ServerThread": "paco_reward.server.runner",
     "free_port": "paco_reward.server.runner",
