@@ -1,0 +1,124 @@
+"""Two judges behind one port with vLLM, as ``recipes/serve_rewards.sh`` starts them: a stock
+vLLM server per model behind ``paco-reward gateway``. Through the gateway each judge scores
+exactly as its own server does, its tokenizer routes by name, a streamed answer passes event
+by event, and SIGTERM to the script stops every server it started."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+from peer_settings import EXACT
+
+from paco_reward import PacoReward
+from paco_reward.server.runner import free_port
+from paco_reward.testing import build_tiny_model
+from paco_reward.testing.vllm_server import CPU_ARGS
+from tests.serve_rewards_script import serve_rewards
+
+JUDGES = ("judge-seed-0", "judge-seed-1")
+
+
+def cpu_flags() -> str:
+    """:data:`CPU_ARGS` as the script's ``VLLM_ARGS`` (split on spaces: compact JSON)."""
+    flags = [
+        json.dumps(json.loads(a), separators=(",", ":")) if a[0] == "{" else a for a in CPU_ARGS
+    ]
+    assert not any(" " in flag for flag in flags)
+    return " ".join(flags)
+
+
+@pytest.fixture(scope="module")
+def second_model_dir(tmp_path_factory):
+    """The session's vLLM-compatible tiny evaluator with other weights (seed 1)."""
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny-vllm-seed-1") / "model",
+        seed=1,
+        max_pixels=16 * 28 * 28,
+        vllm_compatible=True,
+        text_config={"initializer_range": 0.3},
+        vision_config={"initializer_range": 0.3},
+    )
+
+
+@pytest.fixture(scope="module")
+def script(vllm_model_dir, second_model_dir, tmp_path_factory):
+    """``bash recipes/serve_rewards.sh`` with two models on vLLM: yields the gateway's and each
+    vLLM server's API roots; stopped by SIGTERM, nothing it started is left."""
+    models = dict(zip(JUDGES, (vllm_model_dir, second_model_dir)))
+    upstream_ports = [free_port(), free_port()]
+    variables = {
+        "UPSTREAM_PORTS": ",".join(map(str, upstream_ports)),
+        "GPUS": "",  # a CPU
+        "DTYPE": "float32",
+        "ENGINE": "vllm",
+        "VLLM_ARGS": cpu_flags(),
+    }
+    log = tmp_path_factory.mktemp("serve-rewards") / "script.log"
+    with serve_rewards(models, log, timeout=900, **variables) as gateway:
+        yield gateway, {name: f"http://127.0.0.1:{p}/v1" for name, p in zip(JUDGES, upstream_ports)}
+
+
+def scores(url: str, name: str, pairs) -> np.ndarray:
+    # One request at a time: every pair is computed alone, wherever it is sent.
+    rm = PacoReward.from_server(url, name, max_concurrency=1, cache_size=0)
+    try:
+        return rm.score_pairs(pairs)
+    finally:
+        rm.backend.close()
+
+
+def stream_events(url: str, name: str) -> tuple[str, list[dict]]:
+    """A streamed text-only chat answer: its content type and its events, without the
+    fields that differ between two answers (id, time)."""
+    body = {
+        "model": name,
+        "messages": [{"role": "user", "content": "Answer Yes or No."}],
+        "max_tokens": 6,
+        "temperature": 0.0,
+        "stream": True,
+    }
+    events = []
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                event = json.loads(line.removeprefix("data: "))
+                events.append({k: v for k, v in event.items() if k not in ("id", "created")})
+            elif line:
+                events.append({"line": line})
+        return response.headers["content-type"], events
+
+
+def test_two_vllm_judges_behind_the_gateway_score_as_each_server(
+    script, reference, vllm_model_dir, second_model_dir
+):
+    gateway, direct = script
+    rng = np.random.default_rng(7)
+    images = [rng.integers(0, 256, (72, 56 + 8 * k, 3), dtype=np.uint8) for k in range(4)]
+    pairs = [(images[0], images[1], "a fox"), (images[2], images[3], "a cat")]
+    local = {JUDGES[0]: reference, JUDGES[1]: PacoReward.from_pretrained(second_model_dir)}
+    listed = httpx.get(gateway + "/models").json()["data"]
+    assert [entry["id"] for entry in listed] == list(JUDGES)
+    got = {}
+    for name, url in direct.items():
+        got[name] = scores(gateway, name, pairs)
+        print(
+            f"\n{name}: through the gateway {got[name]}, in-process {local[name].score_pairs(pairs)}"
+        )
+        np.testing.assert_array_equal(got[name], scores(url, name, pairs))
+        np.testing.assert_allclose(got[name], local[name].score_pairs(pairs), atol=EXACT)
+        # vLLM's tokenizer routes, at the server root, by the body's model
+        tokenize = {"model": name, "prompt": "Yes No", "add_special_tokens": False}
+        answers = [
+            httpx.post(u.removesuffix("/v1") + "/tokenize", json=tokenize) for u in (gateway, url)
+        ]
+        assert answers[0].status_code == 200 and answers[0].json() == answers[1].json()
+        kind, events = stream_events(gateway, name)
+        assert kind.startswith("text/event-stream") and len(events) >= 3
+        assert (kind, events) == stream_events(url, name)
+    assert np.abs(got[JUDGES[0]] - got[JUDGES[1]]).max() > 0.01  # two different judges
+    health = httpx.get(gateway.removesuffix("/v1") + "/health").json()
+    assert health["status"] == "ok" and set(health["upstreams"]) == set(JUDGES)
