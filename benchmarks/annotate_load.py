@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 PROG = "python -m benchmarks.annotate_load"
 # The synthetic folder's pairing: 4 grids of 2x2 panels per prompt make 48 instances, each
@@ -157,9 +158,9 @@ def run(args: AnnotateLoadArguments) -> int:
         lines = (work / "instances.jsonl").read_text().splitlines()
         instances = [json.loads(line) for line in lines]
         if args.team < ANNOTATORS:
-            raise ValueError(f"--team must be at least {ANNOTATORS}; got {args.team}")
+            raise ConfigError(f"--team must be at least {ANNOTATORS}; got {args.team}")
         if len(instances) < 2 * args.submits:
-            raise ValueError(f"--submits {args.submits} needs {2 * args.submits} instances")
+            raise ConfigError(f"--submits {args.submits} needs {2 * args.submits} instances")
         with (
             AnnotateServer(work, free_port()) as server,
             httpx.Client(base_url=server.url, timeout=120) as client,

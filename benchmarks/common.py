@@ -28,7 +28,7 @@ import numpy as np
 
 from paco_reward.atomic_io import atomic_write_text, save_figure
 from paco_reward.command_line import config_field
-from paco_reward.errors import PacoError
+from paco_reward.errors import ConfigError, InputError, PacoError
 from paco_reward.templates import get_template
 
 logger = logging.getLogger(__name__)
@@ -98,12 +98,12 @@ def parse_scorer_spec(spec: str) -> tuple[str | None, str, str]:
     kind, _, arg = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in SCORER_KINDS:
-        raise ValueError(
+        raise ConfigError(
             f"Unknown scorer {spec!r}: the kind must be one of {list(SCORER_KINDS)}, e.g. "
             "'paco:/path/to/model', 'clip:openai/clip-vit-large-patch14' or 'pixel'."
         )
     if kind in ("paco", "server", "clip", "open_clip") and not arg:
-        raise ValueError(f"Scorer {spec!r} needs an argument: '{kind}:<model dir, id or url>'.")
+        raise ConfigError(f"Scorer {spec!r} needs an argument: '{kind}:<model dir, id or url>'.")
     return name, kind, arg
 
 
@@ -140,7 +140,7 @@ def build_scorer(
         from paco_reward import PacoReward
 
         if not hasattr(PacoReward, "from_server"):
-            raise ValueError("This paco_reward build has no PacoReward.from_server; use 'paco:'.")
+            raise InputError("This paco_reward build has no PacoReward.from_server; use 'paco:'.")
         url, _, model = arg.partition("@")
         reward = PacoReward.from_server(url, model=model or None)
         label = name or f"PaCo server ({model or url})"
@@ -180,7 +180,7 @@ class ScorerArguments:
 
     def __post_init__(self) -> None:
         if not self.scorer:
-            raise ValueError("give at least one --scorer, e.g. --scorer pixel.")
+            raise ConfigError("give at least one --scorer, e.g. --scorer pixel.")
         for spec in self.scorer:  # a typo fails before any data or model loads
             parse_scorer_spec(spec)
 
@@ -317,7 +317,7 @@ def format_table(
         lines += ["\\bottomrule", "\\end{tabular}"]
         return "\n".join(lines)
     if fmt != "txt":
-        raise ValueError(f"fmt={fmt!r} is not a table format; use 'txt', 'md' or 'tex'.")
+        raise InputError(f"fmt={fmt!r} is not a table format; use 'txt', 'md' or 'tex'.")
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))

@@ -52,6 +52,7 @@ from benchmarks.common import (
     write_tables,
 )
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.metrics import (
     RANKING_METRICS,
     TIE_RULES,
@@ -243,7 +244,7 @@ def evaluate_scorer(
     from tqdm.auto import tqdm
 
     if items_per_batch < 1:
-        raise ValueError(f"items_per_batch={items_per_batch} must be >= 1.")
+        raise InputError(f"items_per_batch={items_per_batch} must be >= 1.")
     done = {r["key"]: r for r in read_jsonl(results_path) if "key" in r}
     todo = [item for item in items if item.key not in done]
     if done:
@@ -258,7 +259,7 @@ def evaluate_scorer(
                 pairs += [(str(ref), str(c), item.prompt) for c in cands]
             scores = np.asarray(scorer.score_pairs(pairs), dtype=np.float64)
             if scores.shape != (len(pairs),):
-                raise ValueError(
+                raise InputError(
                     f"{type(scorer).__name__}.score_pairs returned shape {scores.shape} for "
                     f"{len(pairs)} pairs; a scorer must return one score per pair."
                 )
@@ -349,14 +350,14 @@ def run_benchmark(
         >>> run_benchmark("ConsistencyRank", [build_scorer("pixel")], "out")  # doctest: +SKIP
     """
     if ties not in TIE_RULES:
-        raise ValueError(f"ties={ties!r} is not a tie rule; use one of {TIE_RULES}.")
+        raise InputError(f"ties={ties!r} is not a tie rule; use one of {TIE_RULES}.")
     data_dir, output_dir = Path(data_dir), Path(output_dir)
     items = load_consistency_rank(data_dir, category_field=category_field)
     if limit is not None:
         items = items[:limit]
     names = [s.name for s in scorers]
     if len(set(names)) != len(names):
-        raise ValueError(f"Scorer names must be unique; got {names}. Use NAME=SPEC to rename.")
+        raise ConfigError(f"Scorer names must be unique; got {names}. Use NAME=SPEC to rename.")
     results: dict[str, dict] = {}
     for named in scorers:
         check_run_config(output_dir / slug(named.name), named)
@@ -427,7 +428,7 @@ class ConsistencyRankArguments(ScorerArguments):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.ties not in TIE_RULES:
-            raise ValueError(f"ties must be one of {list(TIE_RULES)}; got {self.ties!r}.")
+            raise ConfigError(f"ties must be one of {list(TIE_RULES)}; got {self.ties!r}.")
 
 
 def run(args: ConsistencyRankArguments) -> int:

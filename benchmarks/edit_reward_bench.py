@@ -57,6 +57,7 @@ from benchmarks.common import (
     write_tables,
 )
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.metrics import mean_over, pairwise_correct
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def score_outputs(
     from tqdm.auto import tqdm
 
     if batch_outputs < 1:
-        raise ValueError(f"batch_outputs={batch_outputs} must be >= 1.")
+        raise InputError(f"batch_outputs={batch_outputs} must be >= 1.")
     cache = {
         r["key"]: {d: math.nan if r.get(d) is None else float(r[d]) for d in DIMENSIONS}
         for r in read_jsonl(cache_path)
@@ -357,7 +358,7 @@ def run_benchmark(
     rows = _rows(ds)
     names = [s.name for s in scorers]
     if len(set(names)) != len(names):
-        raise ValueError(f"Scorer names must be unique; got {names}. Use NAME=SPEC to rename.")
+        raise ConfigError(f"Scorer names must be unique; got {names}. Use NAME=SPEC to rename.")
     results = {
         named.name: evaluate_scorer(
             ds, rows, named, output_dir, batch_outputs=batch_outputs, progress=progress

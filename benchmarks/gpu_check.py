@@ -25,9 +25,10 @@ between them:
    :func:`paco_grpo.policy.add_lora`, gradient checkpointing, micro-batch
    ``per_device_train_batch_size``, AdamW, EMA, at ``--resolution`` (512: 1024 image tokens).
    The pipeline holds the transformer and the model's real scheduler only: in place of the
-   frozen text encoders, the sampler's ``encode_prompts`` returns random conditioning of the
-   real shape in its own structure (:func:`random_text`; one fixed draw per prompt text, the
-   negative prompt of true CFG included). The trainer's sampler records the SDE transitions
+   frozen text encoders, the sampler's ``encode_text`` returns random tensors of the real
+   shapes (its ``text_shapes``, :func:`_random_text_sampler`; one fixed draw per prompt text,
+   the negative prompt of true CFG included), and the scheduler is the real model's (the
+   pipeline spec's ``scheduler_config``). The trainer's sampler records the SDE transitions
    (``output_type="latent"``), then each step is the trainer's:
    :meth:`~paco_grpo.rollout.Rollout.transition` under autocast,
    :func:`~paco_grpo.grpo_loss.grpo_loss` with random advantages, backward, gradient
@@ -99,6 +100,7 @@ from benchmarks.scoring_rows import (
 )
 from paco_reward.architectures import default_dtype
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -183,18 +185,18 @@ class GpuCheckArguments:
 
     def __post_init__(self) -> None:
         if not 0 < self.scale <= 1:
-            raise ValueError(f"--scale must be in (0, 1]; got {self.scale}.")
+            raise ConfigError(f"--scale must be in (0, 1]; got {self.scale}.")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise ValueError(f"--batch_sizes must be positive integers; got {self.batch_sizes}.")
+            raise ConfigError(f"--batch_sizes must be positive integers; got {self.batch_sizes}.")
         if self.dtype not in (None, "bfloat16", "float32"):
-            raise ValueError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
+            raise ConfigError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
         if min(self.repeats, self.train_steps, self.min_pairs, self.grids, self.panel) < 1:
-            raise ValueError(
+            raise ConfigError(
                 "--repeats, --train_steps, --min_pairs, --grids and --panel must be >= 1."
             )
         unknown = [a for a in self.reward_architectures if a not in REWARD_ARCHITECTURES]
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"--reward_architectures {unknown} unknown; shipped: {list(REWARD_ARCHITECTURES)}."
             )
 
@@ -224,7 +226,7 @@ def _split(sections: Sequence[int], total: int, multiple: int = 1) -> list[int]:
     ]
     last = total - sum(parts)
     if last < multiple:
-        raise ValueError(f"cannot split {total} into {len(sections)} rotary sections.")
+        raise InputError(f"cannot split {total} into {len(sections)} rotary sections.")
     return [*parts, last]
 
 
@@ -602,84 +604,26 @@ def measure_vllm(args: GpuCheckArguments, folder: Path, memory: _Memory, device:
 
 
 # ---------------------------------------------------------------------- 2. training
-@dataclass(frozen=True)
-class RandomText:
-    """A text-to-image pipeline's pieces this check supplies itself: its scheduler config (the
-    real model's) and, in place of its frozen text encoders, random conditioning: per prompt
-    text, tensors of ``shapes(transformer config, text tokens)``, assembled by
-    ``pack(per-prompt tensors, device)`` into what its sampler's ``encode_prompts`` returns."""
-
-    scheduler_config: dict[str, Any]
-    shapes: Callable[[dict[str, Any], int], list[tuple[int, ...]]]
-    pack: Callable[[list[list[torch.Tensor]], Any], Any]
-
-
-def _stacked(tensors: list[list[torch.Tensor]], k: int) -> torch.Tensor:
-    return torch.stack([t[k] for t in tensors])
-
-
-def _pack_flux(tensors, device):  # T5 tokens, pooled CLIP, text position ids
-    from paco_grpo.pipelines import PromptEmbeddings
-
-    embeds = _stacked(tensors, 0)
-    return PromptEmbeddings(embeds, _stacked(tensors, 1), embeds.new_zeros(embeds.shape[1], 3))
-
-
-def _pack_sd3(tensors, device):  # CLIP-L/G then T5 tokens, pooled CLIP-L + G, no ids
-    from paco_grpo.pipelines import PromptEmbeddings
-
-    embeds = _stacked(tensors, 0)
-    return PromptEmbeddings(embeds, _stacked(tensors, 1), embeds.new_zeros(0, 3))
-
-
-def _pack_qwen_image(tensors, device):  # Qwen2.5-VL tokens padded into a batch, their mask
-    from paco_grpo.pipelines.qwen_image import pad_prompt_embeds
-
-    return pad_prompt_embeds([t[0] for t in tensors], device)
-
-
-def _pack_flux2(tensors, device):  # three text-encoder layers' tokens, stacked in the width
-    return _stacked(tensors, 0)
-
-
-def random_text(pipeline: str) -> RandomText:
-    """The :class:`RandomText` of a registered text-to-image ``pipeline`` name.
+def check_text_to_image(spec) -> None:
+    """This check trains text-to-image pipelines (an edit's text encoder sees its references,
+    which random text would not stand in for).
 
     Raises:
-        ValueError: a pipeline this check has no random text for (the editing ones).
+        ValueError: an editing pipeline.
     """
-    from paco_grpo.testing.flux import FLUX_DEV_SCHEDULER_CONFIG
-    from paco_grpo.testing.flux2 import FLUX2_SCHEDULER_CONFIG
-    from paco_grpo.testing.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG
-    from paco_grpo.testing.sd3 import SD35_SCHEDULER_CONFIG
+    if spec.edits:
+        from paco_grpo.pipelines import PIPELINE_SPECS
 
-    def text(c, length):
-        return [(length, c["joint_attention_dim"])]
-
-    def with_pooled(c, length):
-        return [*text(c, length), (c["pooled_projection_dim"],)]
-
-    def sd3(c, length):  # CLIP-L's and CLIP-G's 77 tokens (zero-padded to T5's width) first
-        return [(77 + length, c["joint_attention_dim"]), (c["pooled_projection_dim"],)]
-
-    flux2 = RandomText(FLUX2_SCHEDULER_CONFIG, text, _pack_flux2)
-    known = {
-        "flux": RandomText(FLUX_DEV_SCHEDULER_CONFIG, with_pooled, _pack_flux),
-        "sd3": RandomText(SD35_SCHEDULER_CONFIG, sd3, _pack_sd3),
-        "qwen_image": RandomText(QWEN_IMAGE_SCHEDULER_CONFIG, text, _pack_qwen_image),
-        "flux2": flux2,
-        "flux2_klein": flux2,
-    }
-    if pipeline not in known:
-        raise ValueError(
-            f"gpu_check trains the text-to-image pipelines {sorted(known)}, not {pipeline!r}."
+        names = sorted(name for name, s in PIPELINE_SPECS.items() if not s.edits)
+        raise InputError(
+            f"gpu_check trains the text-to-image pipelines {names}, not {spec.name!r}."
         )
-    return known[pipeline]
 
 
-def policy_pipeline(spec, transformer, scheduler_config: dict[str, Any], model_name: str):
-    """The diffusers pipeline of ``spec`` holding only ``transformer`` and the real scheduler
-    (no VAE, no text encoders: the sampler needs its latent packing and schedule)."""
+def policy_pipeline(spec, transformer, model_name: str):
+    """The diffusers pipeline of ``spec`` holding only ``transformer`` and the real model's
+    scheduler (``spec.scheduler_config``; no VAE, no text encoders: the sampler needs its
+    latent packing and schedule)."""
     import diffusers
     from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -690,7 +634,7 @@ def policy_pipeline(spec, transformer, scheduler_config: dict[str, Any], model_n
         for name, p in params.items()
         if name != "self" and p.default is inspect.Parameter.empty
     }
-    kwargs.update(scheduler=FlowMatchEulerDiscreteScheduler(**scheduler_config),
+    kwargs.update(scheduler=FlowMatchEulerDiscreteScheduler(**spec.scheduler_config),
                   transformer=transformer)  # fmt: skip
     if "is_distilled" in params:  # FLUX.2-klein: the step-distilled models run no true CFG
         kwargs["is_distilled"] = "-base-" not in model_name
@@ -699,24 +643,16 @@ def policy_pipeline(spec, transformer, scheduler_config: dict[str, Any], model_n
 
 def _random_text_sampler(spec, pipe, grpo, config: dict[str, Any], dtype: torch.dtype):
     """The trainer's sampler of ``spec`` (built as the trainer builds it from the recipe
-    ``grpo``) with random ``dtype`` text conditioning of the real shape in place of the
-    (frozen) text encoders, one fixed draw per prompt text (the negative prompt of true CFG
-    included)."""
-    text = random_text(spec.name)
+    ``grpo``) whose ``encode_text`` returns random ``dtype`` tensors of the real shapes (its
+    ``text_shapes`` for the transformer ``config``) in place of the frozen text encoders: one
+    fixed draw per prompt text (the negative prompt of true CFG included), which the sampler
+    caches and batches as it does real encodings."""
 
     class RandomTextSampler(spec.sampler):
-        @torch.no_grad()
-        def encode_prompts(self, prompts: Sequence[str], device=None):
-            device = device or self.pipe._execution_device
-            drawn = self.__dict__.setdefault("drawn", {})
-            for p in dict.fromkeys(prompts):
-                if p not in drawn:
-                    g = torch.Generator().manual_seed(len(drawn))
-                    shapes = text.shapes(config, self.max_sequence_length)
-                    drawn[p] = [
-                        torch.randn(shape, generator=g).to(device, dtype) for shape in shapes
-                    ]
-            return text.pack([drawn[p] for p in prompts], device)
+        def encode_text(self, prompt, device, references=None):
+            g = torch.Generator().manual_seed(len(self._text_cache))
+            shapes = self.text_shapes(config, self.max_sequence_length)
+            return tuple(torch.randn(shape, generator=g).to(device, dtype) for shape in shapes)
 
     return dataclasses.replace(spec, sampler=RandomTextSampler).build_sampler(pipe, grpo)
 
@@ -733,6 +669,7 @@ def predicted_training_bytes(config: dict[str, Any], grpo, static: dict[str, int
         activations = int(
             transformer_activation_bytes(
                 config,
+                pipeline=grpo.pipeline,
                 batch_size=grpo.per_device_train_batch_size,
                 resolution=grpo.train.resolution,
                 text_tokens=grpo.max_sequence_length,
@@ -821,7 +758,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
     from paco_reward.devices import resolve_device
 
     spec = get_pipeline_spec(cfg.pipeline)
-    text = random_text(cfg.pipeline)  # refuses an editing pipeline
+    check_text_to_image(spec)
     dtype = getattr(torch, cfg.dtype)
     calls = transformer_calls(cfg)  # as plan_grpo counts them
     device = resolve_device(accelerator.device)
@@ -834,7 +771,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
     torch.manual_seed(cfg.seed)
     transformer = _build_random(lambda: cls.from_config(init), device, dtype)
     # A pipeline of the transformer alone: the sampler needs its latent packing and scheduler.
-    pipe = policy_pipeline(spec, transformer, text.scheduler_config, cfg.model_name_or_path)
+    pipe = policy_pipeline(spec, transformer, cfg.model_name_or_path)
     model = add_lora(cfg, pipe)  # freezes the base, LoRA in float32, checkpointing on
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
@@ -942,7 +879,7 @@ def _measure_step(args: GpuCheckArguments, cfg, recipe: str, accelerator) -> dic
         "resolution": cfg.train.resolution,
         "image_tokens": (cfg.train.resolution // sampler.size_multiple) ** 2,
         # the transformer's text tokens (SD3's 77 CLIP tokens before the T5 ones)
-        "text_tokens": text.shapes(config, cfg.max_sequence_length)[0][0],
+        "text_tokens": spec.sampler.text_shapes(config, cfg.max_sequence_length)[0][0],
         "guidance_scale": cfg.train.guidance_scale,
         "transformer_calls": calls,
         "noise_steps": len(steps),

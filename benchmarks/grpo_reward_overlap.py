@@ -29,6 +29,7 @@ import numpy as np
 
 from paco_grpo.rewards import PanelColourAgreementReward
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import InputError
 
 
 @dataclass
@@ -68,7 +69,7 @@ class KnownCostReward(PanelColourAgreementReward):
     def __init__(self, seconds_per_item: float, layout: str | None = "2x2") -> None:
         super().__init__(layout=layout)
         if seconds_per_item < 0:
-            raise ValueError(f"seconds_per_item must be >= 0; got {seconds_per_item}.")
+            raise InputError(f"seconds_per_item must be >= 0; got {seconds_per_item}.")
         self.seconds_per_item = seconds_per_item
 
     def score(self, images, prompts, metadata) -> np.ndarray:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 
 @dataclass
@@ -46,7 +47,7 @@ class StepCostArguments:
 
     def __post_init__(self) -> None:
         if len(self.layers) != 2:
-            raise ValueError(f"layers must be two numbers (DOUBLE SINGLE); got {self.layers}.")
+            raise ConfigError(f"layers must be two numbers (DOUBLE SINGLE); got {self.layers}.")
 
 
 def _config(model: str, out: Path, args: StepCostArguments, resolution: int):

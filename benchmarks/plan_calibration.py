@@ -77,7 +77,7 @@ def calibrate(lora_r: int = 8) -> list[dict]:
     import torch
     from peft import LoraConfig
 
-    from paco_grpo.grpo_config import FLUX_LORA_TARGETS
+    from paco_grpo.pipelines.flux import FLUX_LORA_TARGETS
     from paco_grpo.planning import transformer_activation_bytes
 
     rows = []
@@ -90,7 +90,7 @@ def calibrate(lora_r: int = 8) -> list[dict]:
             )
             model.requires_grad_(False)
             model.add_adapter(
-                LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=FLUX_LORA_TARGETS)
+                LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=list(FLUX_LORA_TARGETS))
             )
             if checkpointing:
                 model.enable_gradient_checkpointing()
@@ -113,7 +113,7 @@ def calibrate(lora_r: int = 8) -> list[dict]:
             measured = measured_peak_bytes(step)
             lora_grads = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
             estimate = lora_grads + transformer_activation_bytes(
-                config, batch_size=batch, resolution=resolution, text_tokens=text,
+                config, pipeline="flux", batch_size=batch, resolution=resolution, text_tokens=text,
                 lora_r=lora_r, gradient_checkpointing=checkpointing, dtype=torch.float32,
             )  # fmt: skip
             rows.append(

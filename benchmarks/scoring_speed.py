@@ -34,6 +34,7 @@ import torch
 from PIL import Image
 
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 THEMES = (
     "a red fox",
@@ -60,7 +61,7 @@ class ScoringSpeedArguments:
 
     def __post_init__(self) -> None:
         if self.pairs < 1 or self.images < 2 or self.rounds < 1 or self.batch_size < 1:
-            raise ValueError("--pairs, --batch_size, --rounds >= 1 and --images >= 2.")
+            raise ConfigError("--pairs, --batch_size, --rounds >= 1 and --images >= 2.")
 
 
 def make_pairs(args: ScoringSpeedArguments) -> list[tuple[Image.Image, Image.Image, str]]:

@@ -43,6 +43,7 @@ from PIL import Image
 from transformers import TrainerCallback
 
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 SFT_RECIPE = RECIPES / "paco_reward_7b_lora.yaml"
@@ -262,7 +263,7 @@ def _build(recipe: str | Path, scale: float, device: torch.device, dtype: torch.
 
     recipe_cfg = load_recipe(recipe, ["--use_cpu", "true", *overrides])
     if recipe_cfg.model_name_or_path not in ARCHITECTURES:
-        raise ValueError(
+        raise ConfigError(
             f"{recipe}: no shipped evaluator architecture for {recipe_cfg.model_name_or_path!r}; "
             f"known: {sorted(ARCHITECTURES)}."
         )
@@ -486,7 +487,7 @@ class SFTStepArguments:
 
     def __post_init__(self) -> None:
         if self.dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
+            raise ConfigError(f"--dtype must be bfloat16 or float32; got {self.dtype!r}.")
 
 
 def saved_activations(args: SFTStepArguments) -> list[dict[str, Any]]:

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from paco_reward.errors import InputError
+
 BACKGROUND = (245, 245, 240)
 BASE_COLOURS = [(40, 90, 150), (150, 60, 40), (60, 130, 60), (110, 70, 140), (130, 120, 40)]
 SHAPES = ["circle", "square", "triangle"]
@@ -46,7 +48,7 @@ def shape_panel(
             fill=fill,
         )
     else:
-        raise ValueError(f"shape={shape!r} is not one of {SHAPES}.")
+        raise InputError(f"shape={shape!r} is not one of {SHAPES}.")
     return image
 
 
@@ -84,9 +86,9 @@ def make_consistency_rank_set(
         scorer must predict).
     """
     if list(deltas) != sorted(set(deltas)):
-        raise ValueError(f"deltas={list(deltas)} must be strictly increasing.")
+        raise InputError(f"deltas={list(deltas)} must be strictly increasing.")
     if categories is not None and len(categories) != len(human_orders):
-        raise ValueError(
+        raise InputError(
             f"categories has {len(categories)} entries for {len(human_orders)} items; pass one per item."
         )
     root = Path(output_dir)
@@ -94,7 +96,7 @@ def make_consistency_rank_set(
     items, rank_lines, prompt_lines = [], [], []
     for i, human in enumerate(human_orders):
         if sorted(human) != list(range(len(deltas))):
-            raise ValueError(f"human_orders[{i}]={list(human)} must order 0..{len(deltas) - 1}.")
+            raise InputError(f"human_orders[{i}]={list(human)} must order 0..{len(deltas) - 1}.")
         folder = f"{i:04d}"
         colour = BASE_COLOURS[i % len(BASE_COLOURS)]
         shape = SHAPES[i % len(SHAPES)]
@@ -169,7 +171,7 @@ def make_edit_reward_set(
     import datasets
 
     if fmt not in ("disk", "parquet"):
-        raise ValueError(f"fmt={fmt!r} must be 'disk' or 'parquet'.")
+        raise InputError(f"fmt={fmt!r} must be 'disk' or 'parquet'.")
     columns: dict[str, list] = {
         k: []
         for k in ("key", "instruction", "input_image", "output_images", "task_type", "dimension")

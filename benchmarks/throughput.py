@@ -35,6 +35,7 @@ from PIL import Image
 from benchmarks.model_card_snippet import ModelCardScorer
 from paco_reward import PacoReward
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 from paco_reward.templates import render_instruction
 
 
@@ -109,7 +110,7 @@ def compare_engines(args) -> None:
     engines = list(ENGINES) if args.engines == "all" else args.engines.split(",")
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
-        raise ValueError(f"unknown engines {unknown}; choose from {ENGINES} or 'all'.")
+        raise ConfigError(f"unknown engines {unknown}; choose from {ENGINES} or 'all'.")
     server_args = [*CPU_ARGS, "--no-enable-prefix-caching"]
     llm_kwargs = {
         "enforce_eager": True,

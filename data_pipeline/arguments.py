@@ -22,6 +22,7 @@ from data_pipeline.pairs import LabelRule
 from data_pipeline.pipeline import SyntheticConfig
 from data_pipeline.reasons import OpenAITeacher, aannotate_reasons
 from paco_reward.command_line import config_field
+from paco_reward.errors import ConfigError
 
 __all__ = [
     "ExportArguments",
@@ -95,7 +96,7 @@ class GridsArguments(WorkFolder):
 
     def __post_init__(self) -> None:
         if (self.from_dir is None) == (self.pipeline is None):
-            raise ValueError("grids: give exactly one of --from_dir GRIDS_DIR or --pipeline DIR.")
+            raise ConfigError("grids: give exactly one of --from_dir GRIDS_DIR or --pipeline DIR.")
 
 
 @dataclass(kw_only=True)
@@ -165,7 +166,7 @@ class ReasonsArguments(WorkFolder):
 
     def __post_init__(self) -> None:
         if self.teacher == "openai" and not (self.base_url and self.model):
-            raise ValueError("reasons: --teacher openai needs --base_url and --model.")
+            raise ConfigError("reasons: --teacher openai needs --base_url and --model.")
 
 
 @dataclass(kw_only=True)

@@ -120,7 +120,7 @@ def pairs(args: PairsArguments) -> int:
 
 def reasons(args: ReasonsArguments) -> int:
     from data_pipeline.pairs import read_pairs
-    from data_pipeline.reasons import REASONS_FILE, annotate_reasons
+    from data_pipeline.reasons import REASONS_FILE, ReasonRejected, annotate_reasons
 
     if args.teacher == "openai":
         from data_pipeline.reasons import OpenAITeacher
@@ -150,7 +150,7 @@ def reasons(args: ReasonsArguments) -> int:
     )
     print(f"reasons: {json.dumps(stats.as_dict())}")
     if stats.failed:
-        raise RuntimeError(
+        raise ReasonRejected(
             f"{stats.failed} of {stats.total} pairs in {args.work_dir} got no acceptable reason; "
             "re-run to ask for them again."
         )

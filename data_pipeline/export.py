@@ -41,6 +41,7 @@ from data_pipeline.storage import (
     write_jsonl,
 )
 from paco_reward.atomic_io import atomic_write_bytes
+from paco_reward.errors import ConfigError
 from paco_reward.schema import PAIR_COLUMNS, pair_features
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
@@ -94,13 +95,13 @@ class ExportConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1); got {self.test_fraction}.")
+            raise ConfigError(f"test_fraction must be in [0, 1); got {self.test_fraction}.")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.dataset_name):
-            raise ValueError(
+            raise ConfigError(
                 f"dataset_name must be letters, digits, '_', '.' or '-'; got {self.dataset_name!r}."
             )
         if self.rank_ties not in ("collapse", "skip"):
-            raise ValueError(f"rank_ties must be 'collapse' or 'skip'; got {self.rank_ties!r}.")
+            raise ConfigError(f"rank_ties must be 'collapse' or 'skip'; got {self.rank_ties!r}.")
 
 
 def split_prompts(prompt_ids: list[str], test_fraction: float, seed: int = 0) -> set[str]:

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from data_pipeline.prompts import read_prompts
 from data_pipeline.storage import DataPipelineError, read_jsonl, save_image_atomic, write_jsonl
+from paco_reward.errors import InputError
 from paco_reward.grids import split_grid
 from paco_reward.images import load_image
 
@@ -133,7 +134,7 @@ def generate_grids(
     import torch
 
     if len(seeds) < 2:
-        raise ValueError(f"seeds must name >= 2 grids per prompt for pairing; got {list(seeds)}.")
+        raise InputError(f"seeds must name >= 2 grids per prompt for pairing; got {list(seeds)}.")
     work_dir = Path(work_dir)
     prompts = read_prompts(work_dir)
     grids: list[dict] = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from data_pipeline.prompts import read_prompts
 from data_pipeline.storage import read_jsonl, stable_id, write_json, write_jsonl
+from paco_reward.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +58,13 @@ class PairingConfig:
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {list(RULES)}; got {self.rule!r}.")
+            raise ConfigError(f"rule must be one of {list(RULES)}; got {self.rule!r}.")
         if self.min_candidates < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"min_candidates must be >= 2 (a ranking needs two candidates); got {self.min_candidates}."
             )
         if self.max_candidates is not None and self.max_candidates < self.min_candidates:
-            raise ValueError(
+            raise ConfigError(
                 f"max_candidates ({self.max_candidates}) must be >= min_candidates "
                 f"({self.min_candidates}) or None."
             )

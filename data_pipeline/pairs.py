@@ -18,6 +18,7 @@ from pathlib import Path
 from data_pipeline.instances import read_instances
 from data_pipeline.rankings import read_merged
 from data_pipeline.storage import DataPipelineError, read_jsonl, stable_id, write_jsonl
+from paco_reward.errors import ConfigError
 from paco_reward.templates import TEMPLATES
 
 logger = logging.getLogger(__name__)
@@ -63,22 +64,24 @@ class LabelRule:
 
     def __post_init__(self) -> None:
         if self.top_k < 0 or self.bottom_k < 0 or self.top_k + self.bottom_k == 0:
-            raise ValueError(
+            raise ConfigError(
                 f"top_k and bottom_k must be >= 0 and not both 0; got top_k={self.top_k}, "
                 f"bottom_k={self.bottom_k}."
             )
         if self.template not in TEMPLATES:
-            raise ValueError(f"template must be one of {sorted(TEMPLATES)}; got {self.template!r}.")
+            raise ConfigError(
+                f"template must be one of {sorted(TEMPLATES)}; got {self.template!r}."
+            )
         if self.ties not in TIE_RULES:
-            raise ValueError(f"ties must be one of {TIE_RULES}; got {self.ties!r}.")
+            raise ConfigError(f"ties must be one of {TIE_RULES}; got {self.ties!r}.")
         unknown = sorted(set(self.template_mix) - set(TEMPLATES))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"template_mix has unknown templates {unknown}; use {sorted(TEMPLATES)}."
             )
         fractions = list(self.template_mix.values())
         if any(not 0.0 <= f <= 1.0 for f in fractions) or sum(fractions) > 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"template_mix fractions must be in [0, 1] and sum to at most 1; got "
                 f"{self.template_mix!r}."
             )

@@ -32,6 +32,7 @@ from data_pipeline.synthetic import (
     attribute_describer,
     pair_truth,
 )
+from paco_reward.errors import ConfigError, PathNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class SyntheticConfig:
 
     def __post_init__(self) -> None:
         if self.n_prompts < 1 or self.grids_per_prompt < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"need n_prompts >= 1 and grids_per_prompt >= 2; got {self.n_prompts}, "
                 f"{self.grids_per_prompt}."
             )
@@ -126,7 +127,7 @@ def simulate_rankings(work_dir: str | Path, out: str | Path | None = None) -> Pa
     work_dir = Path(work_dir)
     config = load_synthetic_config(work_dir)
     if config is None:
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"{work_dir / SYNTHETIC_FILE} not found: simulated rankings need a synthetic work "
             "folder (run `paco-data synthetic` first)."
         )
@@ -299,7 +300,7 @@ def truth_pairs(
     work_dir = Path(work_dir)
     config = load_synthetic_config(work_dir)
     if config is None:
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"{work_dir / SYNTHETIC_FILE} not found: ground-truth pairs need a synthetic work "
             "folder (run `paco-data synthetic` first)."
         )

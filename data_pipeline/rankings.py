@@ -41,6 +41,7 @@ from data_pipeline.storage import (
     write_json,
     write_jsonl,
 )
+from paco_reward.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ def merge_instance(rankings: list[Groups], n_candidates: int, method: str = "bor
         ``{"ranking": groups best first (equal scores tied), "scores": [...]}``.
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}; got {method!r}.")
+        raise InputError(f"method must be one of {list(METHODS)}; got {method!r}.")
     ranks = [positions(g) for g in rankings]
     scores: dict[int, float] = {}
     if method == "borda":
@@ -291,7 +292,7 @@ def merge_rankings(
         ``instances_multi_annotated``, ``annotators``).
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}; got {method!r}.")
+        raise InputError(f"method must be one of {list(METHODS)}; got {method!r}.")
     by_instance: dict[str, list[Groups]] = defaultdict(list)
     flags: dict[str, int] = defaultdict(int)
     annotators: set[str] = set()

@@ -36,6 +36,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from data_pipeline.storage import AppendOnlyJsonl, DataPipelineError
+from paco_reward.errors import InputError, UsageError
 from paco_reward.images import load_image
 from paco_reward.retry import RetryPolicy
 
@@ -388,9 +389,9 @@ async def aannotate_reasons(
 ) -> ReasonStats:
     """Async core of :func:`annotate_reasons` (use it inside a running event loop)."""
     if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1; got {concurrency}.")
+        raise InputError(f"concurrency must be >= 1; got {concurrency}.")
     if max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1; got {max_attempts}.")
+        raise InputError(f"max_attempts must be >= 1; got {max_attempts}.")
     store = store if isinstance(store, ReasonStore) else ReasonStore(store)
     root = Path(image_root) if image_root is not None else None
     finished = store.load()
@@ -492,7 +493,7 @@ def annotate_reasons(
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(aannotate_reasons(pairs, teacher, store, **kwargs))
-    raise RuntimeError(
+    raise UsageError(
         "annotate_reasons() was called inside a running event loop; await "
         "aannotate_reasons(...) instead."
     )

@@ -31,7 +31,9 @@ logger = logging.getLogger(__name__)
 
 
 class DataPipelineError(PacoError, ValueError):
-    """A pipeline input (file, record, ranking, configuration) is missing or malformed."""
+    """A pipeline input (file, record, ranking) is missing or malformed, or a stage could not
+    read it (a config field raises :class:`~paco_reward.errors.ConfigError`). The base of the
+    package's own errors (the annotation app's, ``ReasonRejected``)."""
 
 
 def stable_id(*parts: Any, length: int = 16) -> str:

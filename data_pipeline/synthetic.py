@@ -48,7 +48,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from data_pipeline.storage import save_image_atomic, stable_id, write_jsonl
+from data_pipeline.storage import DataPipelineError, save_image_atomic, stable_id, write_jsonl
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.grids import format_grid_prompt
 
 logger = logging.getLogger(__name__)
@@ -123,11 +124,11 @@ class PanelSpec:
     def __post_init__(self) -> None:
         for key in ATTRIBUTES:
             if getattr(self, key) not in CHOICES[key]:
-                raise ValueError(
+                raise InputError(
                     f"PanelSpec.{key}={getattr(self, key)!r} is not one of {CHOICES[key]}."
                 )
         if not isinstance(self.step, int) or self.step < 0:
-            raise ValueError(f"PanelSpec.step must be an int >= 0; got {self.step!r}.")
+            raise InputError(f"PanelSpec.step must be an int >= 0; got {self.step!r}.")
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -236,11 +237,11 @@ class SyntheticWorld:
 
     def __post_init__(self) -> None:
         if self.panel_size < 16:
-            raise ValueError(f"panel_size must be >= 16 pixels; got {self.panel_size}.")
+            raise ConfigError(f"panel_size must be >= 16 pixels; got {self.panel_size}.")
         for name in ("grid_drift", "panel_break"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1]; got {value}.")
+                raise ConfigError(f"{name} must be a probability in [0, 1]; got {value}.")
         self._rng = random.Random(self.seed)
 
     # ------------------------------------------------------------------ prompts
@@ -255,7 +256,7 @@ class SyntheticWorld:
             '2x2'
         """
         if n < 1:
-            raise ValueError(f"n must be >= 1 prompts; got {n}.")
+            raise InputError(f"n must be >= 1 prompts; got {n}.")
         layouts = layouts or [(2, 2)]
         records = []
         for i in range(start, start + n):
@@ -308,7 +309,7 @@ class SyntheticWorld:
 
         syn = record.get("synthetic")
         if not isinstance(syn, dict) or "attributes" not in syn:
-            raise ValueError(
+            raise DataPipelineError(
                 f"prompt {record.get('idx')!r} is not a synthetic prompt (no 'synthetic' key); "
                 "make it with SyntheticWorld.make_prompts."
             )
@@ -582,14 +583,14 @@ class SimulatedAnnotators:
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"n must be >= 1 annotators; got {self.n}.")
+            raise ConfigError(f"n must be >= 1 annotators; got {self.n}.")
         if self.none_consistent_below is not None and not 0 < self.none_consistent_below <= 1:
-            raise ValueError(
+            raise ConfigError(
                 "none_consistent_below must be in (0, 1] (a similarity) or None; got "
                 f"{self.none_consistent_below!r}."
             )
         if self.noise < 0 or self.tie_margin < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"noise and tie_margin must be >= 0; got noise={self.noise}, "
                 f"tie_margin={self.tie_margin}."
             )

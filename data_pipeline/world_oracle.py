@@ -25,6 +25,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
+from data_pipeline.storage import DataPipelineError
 from data_pipeline.synthetic import (
     ATTRIBUTES,
     COLOURS,
@@ -35,6 +36,7 @@ from data_pipeline.synthetic import (
     SyntheticWorld,
     panel_similarity,
 )
+from paco_reward.errors import InputError
 
 # A pixel belongs to a colour when it is this close to it (RGB Euclidean distance).
 COLOUR_RADIUS = 70.0
@@ -112,7 +114,7 @@ def read_panel(image: Image.Image | np.ndarray) -> PanelSpec:
     """
     pixels = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image)
     if pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.shape[0] != pixels.shape[1]:
-        raise ValueError(f"read_panel: image must be a square RGB panel; got {pixels.shape}.")
+        raise InputError(f"read_panel: image must be a square RGB panel; got {pixels.shape}.")
     pixels = pixels.astype(np.float32)
     size = pixels.shape[0]
     pip = max(2, size // 20)
@@ -136,7 +138,7 @@ def read_panel(image: Image.Image | np.ndarray) -> PanelSpec:
     closed = ndimage.binary_closing(near[colour_index], np.ones((3, 3)), iterations=3)
     found = _components(closed)
     if not found:
-        raise ValueError("read_panel: no character of any world colour in the image.")
+        raise DataPipelineError("read_panel: no character of any world colour in the image.")
     fill = _convex_hull(max(found, key=lambda m: m.sum()))
     body = fill & near[colour_index]
     area = int(fill.sum())
@@ -183,7 +185,7 @@ def grid_consistency(panels: Sequence[PanelSpec]) -> float:
     in one style throughout)."""
     pairs = list(combinations(panels, 2))
     if not pairs:
-        raise ValueError("grid_consistency needs at least two panels.")
+        raise InputError("grid_consistency needs at least two panels.")
     return float(np.mean([panel_similarity(a, b) for a, b in pairs]))
 
 
@@ -215,7 +217,9 @@ def read_back_grids(work: str | Path, world: SyntheticWorld, limit: int | None =
     prompts = read_prompts(work)
     records = read_jsonl(Path(work) / GRIDS_FILE)[:limit]
     if not records:
-        raise ValueError(f"read_back_grids: {Path(work) / GRIDS_FILE} lists no grid to read.")
+        raise DataPipelineError(
+            f"read_back_grids: {Path(work) / GRIDS_FILE} lists no grid to read."
+        )
     keys = (*ATTRIBUTES, "step")
     hits = dict.fromkeys(keys, 0)
     panels = same = 0
@@ -265,7 +269,9 @@ class OracleReadings:
         key = (record["idx"], str(grid_seed))
         if key not in self._read:
             if key not in self.grids:
-                raise KeyError(f"no grid {grid_seed!r} of prompt {record['idx']!r} in grids.jsonl.")
+                raise DataPipelineError(
+                    f"no grid {grid_seed!r} of prompt {record['idx']!r} in grids.jsonl."
+                )
             grid = self.grids[key]
             image = load_image(grid["path"], grid["path"])
             readings: list[PanelSpec | None] = []

@@ -12,6 +12,7 @@ from demo.context import DemoContext, make_reproducible
 from demo.documented import PAGE, SITE_PAGE
 from demo.pretrained import start_background, stop_background, yield_to_generator
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 STAGES = [
     "scoring",
@@ -47,7 +48,7 @@ class DemoArguments:
     def __post_init__(self) -> None:
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown:
-            raise ValueError(f"unknown stage(s) {unknown}; the stages are {STAGES}.")
+            raise ConfigError(f"unknown stage(s) {unknown}; the stages are {STAGES}.")
 
 
 def run(args: DemoArguments) -> int:

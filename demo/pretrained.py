@@ -34,6 +34,7 @@ from pathlib import Path
 
 from demo.context import cache_dir, make_reproducible
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError
 
 # The editor's pretraining (EditorConfig fields other than the seed; the defaults in the demo).
 EDITOR_CONFIG: dict = {}
@@ -173,9 +174,9 @@ class PretrainArguments:
     def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in MODELS]
         if unknown:
-            raise ValueError(f"unknown model(s) {unknown}; the models are {list(MODELS)}.")
+            raise ConfigError(f"unknown model(s) {unknown}; the models are {list(MODELS)}.")
         if self.niceness < 0:
-            raise ValueError(f"niceness={self.niceness}: a worker can only lower its priority.")
+            raise ConfigError(f"niceness={self.niceness}: a worker can only lower its priority.")
 
 
 def pretrain(args: PretrainArguments) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from demo.context import print_table
 from paco_reward.command_line import Command, config_field, run_cli
+from paco_reward.errors import ConfigError, PathNotFoundError
 
 
 @dataclass
@@ -61,11 +62,11 @@ def run_arm(args: RLArmArguments) -> dict:
 
     arms = {arm.slug: arm for arm in stage.ARMS}
     if args.arm not in arms:
-        raise ValueError(f"unknown arm {args.arm!r}; the arms are {list(arms)}.")
+        raise ConfigError(f"unknown arm {args.arm!r}; the arms are {list(arms)}.")
     arm = arms[args.arm]
     evaluator = Path(args.evaluator or Path(args.demo_output) / "models" / "world-evaluator")
     if not (evaluator / "config.json").is_file():
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"no evaluator in {evaluator} (run the demo's world_evaluator stage, or give "
             "--evaluator)."
         )

@@ -50,6 +50,7 @@ from demo.world_generator import (
     to_tensor,
 )
 from paco_reward.cached_folder import build_once, cache_key
+from paco_reward.errors import InputError
 
 INFO_FILE = "world_editor.json"
 PROCEDURE_VERSION = 1
@@ -193,7 +194,7 @@ def train_edits(
     ``sources`` (pixels in [-1, 1]) and ``prompts``; returns the loss every 25 steps."""
     from tqdm.auto import tqdm
 
-    from paco_grpo.pipelines import EditConditioning
+    from paco_grpo.pipelines import FluxConditioning
 
     pipe = sampler.pipe
     transformer = pipe.transformer
@@ -201,10 +202,13 @@ def train_edits(
     source_latents = encode_latents(pipe, sources)
     side = targets.shape[-1]
     with torch.no_grad(), quiet_clip_truncation():
-        texts = sampler.flux.encode_prompts(list(dict.fromkeys(prompts)))
+        texts = sampler.encode_prompts(list(dict.fromkeys(prompts)))  # (T5, pooled CLIP) each
+    embeds, pooled = (torch.stack([text[k] for text in texts]) for k in (0, 1))
     text_row = {p: k for k, p in enumerate(dict.fromkeys(prompts))}
     rows_of = torch.tensor([text_row[p] for p in prompts])
-    ids = sampler.position_ids(side, side, side, side, "cpu", target_latents.dtype)
+    dtype = target_latents.dtype
+    ids = torch.cat([sampler.latent_ids(side, side, "cpu", dtype),
+                     sampler.reference_ids(side, side, "cpu", dtype)])  # fmt: skip
 
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=config.learning_rate)
@@ -215,10 +219,12 @@ def train_edits(
         x0 = target_latents[rows]
         noise = torch.randn(x0.shape, generator=generator)
         sigma = torch.sigmoid(torch.randn(config.batch_size, generator=generator))
-        cond = EditConditioning(
-            prompt_embeds=texts.prompt_embeds[rows_of[rows]],
+        cond = FluxConditioning(
+            prompt_embeds=embeds[rows_of[rows]],
+            pooled_prompt_embeds=pooled[rows_of[rows]],
+            text_ids=torch.zeros(embeds.shape[1], 3, dtype=embeds.dtype),
+            img_ids=ids,
             image_latents=source_latents[rows],
-            extras={"text": texts.index(rows_of[rows]), "ids": ids},
         )
         noisy = (1 - sigma[:, None, None]) * x0 + sigma[:, None, None] * noise
         velocity = sampler.velocity(transformer, noisy, sigma * 1000, cond, GUIDANCE)
@@ -353,7 +359,7 @@ def judge_edits(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
         (``{attribute: {"changed", "kept", "success"}}``).
     """
     if len(images) != len(records) or not records:
-        raise ValueError(
+        raise InputError(
             f"judge_edits needs one image per record; got {len(images)} images, "
             f"{len(records)} records."
         )

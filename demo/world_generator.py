@@ -20,7 +20,7 @@ step of both trains on the same prompts' grids at ``low_panel_size`` (16-px pane
 RL can train at half the resolution it is judged at (resolution decoupling).
 
 The result is an ordinary ``FluxPipeline`` folder: ``FluxPipeline.from_pretrained`` samples
-from it and :class:`paco_grpo.pipelines.FlowGRPOSampler` (with it, the GRPO trainer) trains it
+from it and :class:`paco_grpo.pipelines.FluxGRPOSampler` (with it, the GRPO trainer) trains it
 as it would FLUX.1-dev. The world's oracle (:mod:`data_pipeline.world_oracle`) judges its
 grids (:func:`oracle_table`).
 
@@ -41,6 +41,7 @@ import torch
 from PIL import Image
 
 from paco_reward.cached_folder import build_once, cache_key, read_info
+from paco_reward.errors import PathNotFoundError
 
 INFO_FILE = "world_generator.json"
 # Bump when the training procedure changes, so that cached generators are retrained.
@@ -326,7 +327,7 @@ def pretrain_world_generator(
 def _train_generator(work: Path, config: GeneratorConfig, progress: bool) -> dict:
     """Train the generator into ``work``; returns its info (see
     :func:`pretrain_world_generator`)."""
-    from paco_grpo.pipelines import FlowGRPOSampler
+    from paco_grpo.pipelines import FluxGRPOSampler
 
     torch.manual_seed(config.seed)
     world = generator_world(config)
@@ -345,9 +346,11 @@ def _train_generator(work: Path, config: GeneratorConfig, progress: bool) -> dic
         size: encode_latents(pipe, sized, normalise=size == config.panel_size)
         for size, sized in images.items()
     }
-    sampler = FlowGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)
+    sampler = FluxGRPOSampler(pipe, max_sequence_length=config.max_sequence_length)
     with torch.no_grad(), quiet_clip_truncation():
-        cond = sampler.encode_prompts([r["prompt"] for r in records])
+        # the text part (train_flow makes the image ids of each panel size)
+        side = sampler.size_multiple
+        cond = sampler.condition([r["prompt"] for r in records], side, side, 3.5)
     prompt_of = torch.arange(len(records)).repeat_interleave(config.grids_per_prompt)
     start = time.perf_counter()
     flow_losses = train_flow(pipe, latents, cond, prompt_of, config, progress)
@@ -367,7 +370,7 @@ def read_generator_info(path: str | Path) -> dict:
     """The training record a pretrained generator folder carries."""
     info = read_info(path, INFO_FILE)
     if info is None:
-        raise FileNotFoundError(f"{path} is not a pretrained world generator (no {INFO_FILE}).")
+        raise PathNotFoundError(f"{path} is not a pretrained world generator (no {INFO_FILE}).")
     return info
 
 
@@ -382,13 +385,13 @@ def sample_grids(
     transformer=None,
 ) -> list[Image.Image]:
     """One grid per prompt record, sampled with the deterministic (ODE) path of
-    :class:`~paco_grpo.pipelines.FlowGRPOSampler` (what ``FluxPipeline`` draws for the
+    :class:`~paco_grpo.pipelines.FluxGRPOSampler` (what ``FluxPipeline`` draws for the
     same initial noise); ``size`` is the grid's side in pixels (default the records'),
     ``transformer`` one to sample with instead of the pipeline's (a policy in training)."""
-    from paco_grpo.pipelines import FlowGRPOSampler
+    from paco_grpo.pipelines import FluxGRPOSampler
 
     side = size or records[0]["height"]
-    sampler = FlowGRPOSampler(pipe, max_sequence_length=max_sequence_length)
+    sampler = FluxGRPOSampler(pipe, max_sequence_length=max_sequence_length)
     with quiet_clip_truncation():
         out = sampler(
             [r["prompt"] for r in records],

@@ -21,6 +21,8 @@ from itertools import combinations
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import InputError
+
 
 def judge_grid(image: Image.Image, record: dict) -> dict:
     """``{"consistency", "alignment", "unreadable", "panels"}`` of one grid of ``record``."""
@@ -63,7 +65,7 @@ def judge_grids(images: Sequence[Image.Image], records: Sequence[dict]) -> dict:
     from data_pipeline.synthetic import ATTRIBUTES
 
     if len(images) != len(records) or not records:
-        raise ValueError(
+        raise InputError(
             f"judge_grids needs one image per record; got {len(images)} images, "
             f"{len(records)} records."
         )

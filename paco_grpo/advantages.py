@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paco_reward.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -53,10 +55,10 @@ NORMALIZATIONS = ("group", "legacy_uncentred")
 
 def _stack(rewards: Mapping[str, Sequence[float]], weights: Mapping[str, float]):
     if not rewards:
-        raise ValueError("rewards is empty; pass at least one {name: scores} entry.")
+        raise InputError("rewards is empty; pass at least one {name: scores} entry.")
     unknown = set(weights) - set(rewards)
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"weights name rewards that were not computed: {sorted(unknown)}; "
             f"computed rewards are {sorted(rewards)}."
         )
@@ -64,7 +66,7 @@ def _stack(rewards: Mapping[str, Sequence[float]], weights: Mapping[str, float])
     matrix = np.stack([np.asarray(rewards[n], dtype=np.float64) for n in names], axis=1)
     w = np.array([float(weights.get(n, 1.0)) for n in names])
     if (w < 0).any():
-        raise ValueError(f"reward weights must be >= 0; got {dict(zip(names, w))}.")
+        raise InputError(f"reward weights must be >= 0; got {dict(zip(names, w))}.")
     return names, matrix, w
 
 
@@ -99,7 +101,7 @@ def geometric_mean(
     """
     names, matrix, w = _stack(rewards, weights)
     if (matrix[~np.isnan(matrix)] < 0).any():
-        raise ValueError("geometric_mean needs rewards >= 0; use weighted_sum or log_tamed.")
+        raise InputError("geometric_mean needs rewards >= 0; use weighted_sum or log_tamed.")
     with np.errstate(divide="ignore"):
         out = np.exp(np.where(w > 0, np.log(matrix), 0.0) @ (w / w.sum()))
     out[_weighted_nan_rows(matrix, w)] = np.nan
@@ -117,7 +119,7 @@ def harmonic_mean(
     """
     names, matrix, w = _stack(rewards, weights)
     if (matrix[~np.isnan(matrix)] <= 0).any():
-        raise ValueError("harmonic_mean needs rewards > 0; use weighted_sum or log_tamed.")
+        raise InputError("harmonic_mean needs rewards > 0; use weighted_sum or log_tamed.")
     out = w.sum() / (np.where(w > 0, 1.0 / matrix, 0.0) @ w)
     out[_weighted_nan_rows(matrix, w)] = np.nan
     return out
@@ -142,7 +144,7 @@ def _resolve_threshold(threshold: float | str, h: np.ndarray) -> float:
             return float(finite.mean()) if finite.size else float("inf")
         if threshold == "median":
             return float(np.median(finite)) if finite.size else float("inf")
-        raise ValueError(
+        raise InputError(
             f"log-taming threshold must be a number, 'mean' or 'median'; got {threshold!r}."
         )
     return float(threshold)
@@ -178,7 +180,7 @@ def log_tamed(
             for k, n in enumerate(names)
             if np.nanmin(matrix[:, k]) <= -1
         }
-        raise ValueError(
+        raise InputError(
             f"log taming needs rewards > -1 (log(1 + r)); got minima {bad}. Rescale the reward "
             "or use aggregator='weighted_sum'."
         )
@@ -212,12 +214,12 @@ def group_normalize(
         ([-1.0, 1.0, 0.0, 0.0], 0.5)
     """
     if std_scope not in STD_SCOPES:
-        raise ValueError(f"std_scope must be one of {STD_SCOPES}; got {std_scope!r}.")
+        raise InputError(f"std_scope must be one of {STD_SCOPES}; got {std_scope!r}.")
     if std_floor <= 0:
-        raise ValueError(f"std_floor must be > 0; got {std_floor}.")
+        raise InputError(f"std_floor must be > 0; got {std_floor}.")
     scores = np.asarray(scores, dtype=np.float64)
     if len(group_ids) != len(scores):
-        raise ValueError(
+        raise InputError(
             f"{len(group_ids)} group ids for {len(scores)} scores; pass one id per sample."
         )
     valid = np.isfinite(scores)
@@ -317,9 +319,9 @@ def compute_advantages(
             code's behaviour: the aggregated reward itself is the advantage).
     """
     if aggregator not in AGGREGATORS:
-        raise ValueError(f"Unknown aggregator {aggregator!r}; choose one of {sorted(AGGREGATORS)}.")
+        raise InputError(f"Unknown aggregator {aggregator!r}; choose one of {sorted(AGGREGATORS)}.")
     if normalization not in NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}; got {normalization!r}.")
+        raise InputError(f"normalization must be one of {NORMALIZATIONS}; got {normalization!r}.")
     names, matrix, w = _stack(rewards, weights)
     failed = _weighted_nan_rows(matrix, w)
     num_failed = int(failed.sum())

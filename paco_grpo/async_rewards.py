@@ -44,6 +44,7 @@ import torch
 
 from paco_grpo.rewards import Reward, acall_reward, check_scores
 from paco_reward.devices import resolve_device
+from paco_reward.errors import InputError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class AsyncRewardRunner:
         target = thread_cuda_device(self.device)
         if target is not None and not 0 <= (target.index or 0) < torch.cuda.device_count():
             # checked here: set_device failing in the loop thread would leave it dead
-            raise ValueError(
+            raise InputError(
                 f"AsyncRewardRunner device={device!r} is not a GPU of this process "
                 f"({torch.cuda.device_count()} visible); pass accelerator.device."
             )
@@ -202,7 +203,7 @@ class AsyncRewardRunner:
         The caller must not modify ``images`` or ``metadata`` until the future is done.
         """
         if self._closed:
-            raise RuntimeError("AsyncRewardRunner is closed; create a new one.")
+            raise UsageError("AsyncRewardRunner is closed; create a new one.")
         future = asyncio.run_coroutine_threadsafe(
             self._batch(list(images), list(prompts), list(metadata)), self._loop
         )

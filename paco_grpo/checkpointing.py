@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from paco_reward.atomic_io import atomic_write_text
+from paco_reward.errors import ConfigError, InputError, PathNotFoundError, WeightsMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class CheckpointManager:
 
         self.fsdp = accelerator.distributed_type == DistributedType.FSDP
         if self.fsdp and not accelerator.is_fsdp2:
-            raise NotImplementedError(
+            raise ConfigError(
                 "GRPO under FSDP needs fsdp_version: 2 (recipes/accelerate/fsdp_grpo.yaml)."
             )
         accelerator.register_save_state_pre_hook(self._save_hook)
@@ -97,7 +98,11 @@ class CheckpointManager:
         )
         by_index = {int(v): k for k, v in keys.items()}
         if sorted(by_index) != list(range(len(names))):
-            raise ValueError("some trainable parameters are not part of the LoRA adapter")
+            outside = sorted(n for i, n in enumerate(names) if i not in by_index)
+            raise InputError(
+                f"trainable parameters outside the LoRA adapter: {outside[:5]}; GRPO trains and "
+                "checkpoints the adapter only: freeze the other parameters."
+            )
         return [by_index[i] for i in range(len(names))]
 
     def _write_lora_and_ema(self, output_dir) -> None:
@@ -133,17 +138,24 @@ class CheckpointManager:
         params = self._lora_params()
         keys = self._peft_keys()
         if set(lora) != set(keys):
-            raise ValueError(
-                f"{input_dir}: LoRA keys do not match this model: unexpected "
-                f"{sorted(set(lora) - set(keys))[:5]}, missing {sorted(set(keys) - set(lora))[:5]}"
+            unexpected, missing = sorted(set(lora) - set(keys)), sorted(set(keys) - set(lora))
+            raise WeightsMismatchError(
+                f"{input_dir}: LoRA keys do not match this model: unexpected {unexpected[:5]}, "
+                f"missing {missing[:5]}. Resume with the recipe that wrote the checkpoint (its "
+                "pipeline, lora_r and lora_target_modules).",
+                source=str(input_dir),
+                missing=missing,
+                unexpected=unexpected,
             )
         for key, (_, p) in zip(keys, params):
             p.copy_(_like(lora[key], p))
         if self.ema is not None:
             shadow = load_file(os.path.join(input_dir, EMA_WEIGHTS))
             if len(shadow) != len(self.ema.shadow_params):
-                raise ValueError(
-                    f"{input_dir}: the EMA has {len(shadow)} tensors, not {len(params)} (LoRA)"
+                raise WeightsMismatchError(
+                    f"{input_dir}: the EMA has {len(shadow)} tensors, not {len(params)} (LoRA); "
+                    "resume with the recipe that wrote the checkpoint.",
+                    source=str(input_dir),
                 )
             state = json.loads(Path(input_dir, EMA_STATE).read_text())
             state["shadow_params"] = [
@@ -242,13 +254,13 @@ class CheckpointManager:
         if value != "latest":
             path = Path(value)
             if not (path / TRAINER_STATE).is_file():
-                raise FileNotFoundError(
+                raise PathNotFoundError(
                     f"resume_from_checkpoint={value!r} is not a checkpoint folder (no {TRAINER_STATE})."
                 )
             return path
         latest = self.latest()
         if latest is None:
-            raise FileNotFoundError(
+            raise PathNotFoundError(
                 f"resume_from_checkpoint='latest' but {self.root} holds no checkpoint; "
                 "drop resume_from_checkpoint to start fresh."
             )

@@ -3,14 +3,13 @@
     paco-grpo train recipes/grpo_flux_t2is.yaml --num_train_epochs 50 --train.resolution 512
     paco-grpo plan recipes/grpo_flux_t2is.yaml --num_processes 8 --gpu_memory_gb 80 [--json]
     paco-grpo tiny-flux tiny_flux          # build the tiny offline FLUX the CPU recipe uses
-    paco-grpo tiny-edit tiny_kontext       # tiny offline FLUX.1-Kontext (or --pipeline qwen_image_edit)
-    paco-grpo tiny-sd3 tiny_sd3            # tiny offline Stable Diffusion 3.5
-    paco-grpo tiny-flux2 tiny_flux2_klein  # tiny offline FLUX.2-klein (or --pipeline flux2)
-    paco-grpo tiny-qwen-image tiny_qwen_image   # tiny offline Qwen-Image (text-to-image)
+    paco-grpo tiny-qwen-image-edit tiny_qwen_edit   # one tiny-<pipeline> per registered one
     paco-grpo tiny-ocr tiny_ocr            # tiny offline GOT-OCR 2.0 for the `ocr` reward
     paco-grpo ocr-prompts recipes/data     # the OCR task's prompt files (ocr_train/test.txt)
 
-Every flag is a :class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
+The ``tiny-<pipeline>`` commands come from the generator registry (:mod:`paco_grpo.pipelines`):
+one per registered pipeline, ``_`` written ``-``. Every ``train``/``plan`` flag is a
+:class:`~paco_grpo.grpo_config.GRPOConfig` field (dotted for the
 ``train``/``test`` sections), read as YAML (``--rewards '{consistency: 1.0}'``); see
 :mod:`paco_reward.command_line`. The launch's shape (processes, images per process,
 optimizer steps per epoch) is checked first; then reward names resolve and their models load
@@ -21,63 +20,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Literal
 
 from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_reward.command_line import Command, config_field, run_cli
 
 __all__ = ["main"]
 
 
 @dataclass
-class TinyFluxArguments:
-    """Build the tiny offline FLUX pipeline folder the CPU recipes use."""
-
-    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
-    seed: int = config_field(0, help="Seed of the random weights.")
-
-
-@dataclass
-class TinyQwenImageArguments:
-    """Build the tiny offline Qwen-Image pipeline folder of the Qwen-Image CPU recipe."""
-
-    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
-    seed: int = config_field(0, help="Seed of the random weights.")
-
-
-@dataclass
-class TinyEditArguments:
-    """Build a tiny offline editing pipeline folder (FLUX.1-Kontext or Qwen-Image-Edit shaped)."""
-
-    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
-    pipeline: Literal["flux_kontext", "qwen_image_edit"] = config_field(
-        "flux_kontext", help="Which editing pipeline to build."
-    )
-    seed: int = config_field(0, help="Seed of the random weights.")
-
-
-@dataclass
-class TinySD3Arguments:
-    """Build the tiny offline Stable Diffusion 3.5 pipeline folder of its CPU recipe."""
-
-    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
-    seed: int = config_field(0, help="Seed of the random weights.")
-
-
-@dataclass
-class TinyFlux2Arguments:
-    """Build a tiny offline FLUX.2 pipeline folder (FLUX.2-klein base or FLUX.2-dev shaped)."""
-
-    output_dir: str = config_field(help="Folder to write the pipeline to.", positional=True)
-    pipeline: Literal["flux2_klein", "flux2"] = config_field(
-        "flux2_klein", help="Which FLUX.2 pipeline to build."
-    )
-    seed: int = config_field(0, help="Seed of the random weights.")
-
-
-@dataclass
-class TinyOCRArguments:
-    """Build the tiny offline GOT-OCR 2.0 folder the OCR CPU recipe's reward reads with."""
+class TinyArguments:
+    """Build a tiny offline model folder (a registered generator's pipeline, or the OCR reader)."""
 
     output_dir: str = config_field(help="Folder to write the model to.", positional=True)
     seed: int = config_field(0, help="Seed of the random weights.")
@@ -119,47 +72,28 @@ def _plan_config_cls():
     return GRPOPlanConfig
 
 
-def tiny_flux(args: TinyFluxArguments) -> int:
-    from paco_grpo.testing.flux import build_tiny_flux
+def tiny_command(spec) -> Command:
+    """``paco-grpo tiny-<name>``: the registered pipeline ``spec``'s tiny builder."""
 
-    print(build_tiny_flux(args.output_dir, seed=args.seed))
-    return 0
+    def build(args: TinyArguments) -> int:
+        print(spec.build_tiny(args.output_dir, seed=args.seed))
+        return 0
 
-
-def tiny_qwen_image(args: TinyQwenImageArguments) -> int:
-    from paco_grpo.testing.qwen_image import build_tiny_qwen_image
-
-    print(build_tiny_qwen_image(args.output_dir, seed=args.seed))
-    return 0
+    help = f"Build the tiny offline {spec.name} pipeline ({spec.diffusers_class})."
+    return Command(tiny_command_name(spec.name), TinyArguments, build, help)
 
 
-def tiny_edit(args: TinyEditArguments) -> int:
-    if args.pipeline == "flux_kontext":
-        from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext as build
-    else:
-        from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit as build
-    print(build(args.output_dir, seed=args.seed))
-    return 0
+def tiny_command_name(pipeline: str) -> str:
+    """The ``paco-grpo`` command that builds ``pipeline``'s tiny model.
+
+    Example:
+        >>> tiny_command_name("qwen_image_edit")
+        'tiny-qwen-image-edit'
+    """
+    return "tiny-" + pipeline.replace("_", "-")
 
 
-def tiny_sd3(args: TinySD3Arguments) -> int:
-    from paco_grpo.testing.sd3 import build_tiny_sd3
-
-    print(build_tiny_sd3(args.output_dir, seed=args.seed))
-    return 0
-
-
-def tiny_flux2(args: TinyFlux2Arguments) -> int:
-    from paco_grpo.testing import flux2
-
-    build = (
-        flux2.build_tiny_flux2_klein if args.pipeline == "flux2_klein" else flux2.build_tiny_flux2
-    )
-    print(build(args.output_dir, seed=args.seed))
-    return 0
-
-
-def tiny_ocr(args: TinyOCRArguments) -> int:
+def tiny_ocr(args: TinyArguments) -> int:
     from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
 
     print(build_tiny_got_ocr2(args.output_dir, seed=args.seed))
@@ -177,14 +111,8 @@ def ocr_prompts(args: OCRPromptsArguments) -> int:
 COMMANDS = [
     Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
     Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
-    Command("tiny-flux", TinyFluxArguments, tiny_flux, "Build the tiny offline FLUX."),
-    Command(
-        "tiny-qwen-image", TinyQwenImageArguments, tiny_qwen_image, "Build the tiny Qwen-Image."
-    ),
-    Command("tiny-edit", TinyEditArguments, tiny_edit, "Build a tiny offline editing pipeline."),
-    Command("tiny-sd3", TinySD3Arguments, tiny_sd3, "Build the tiny offline Stable Diffusion 3.5."),
-    Command("tiny-flux2", TinyFlux2Arguments, tiny_flux2, "Build a tiny offline FLUX.2 pipeline."),
-    Command("tiny-ocr", TinyOCRArguments, tiny_ocr, "Build the tiny offline GOT-OCR 2.0."),
+    *(tiny_command(spec) for spec in PIPELINE_SPECS.values()),
+    Command("tiny-ocr", TinyArguments, tiny_ocr, "Build the tiny offline GOT-OCR 2.0."),
     Command("ocr-prompts", OCRPromptsArguments, ocr_prompts, "Write the OCR task's prompts."),
 ]
 

@@ -21,7 +21,11 @@ A parquet file (editing data) has a ``prompt`` column, an ``image`` column (enco
 bytes, a ``{"bytes", "path"}`` struct as ``datasets`` writes it, or a path) and
 optionally ``id``/``idx``, ``height``, ``width``; the source image lands in
 ``metadata["source_image"]`` for editing rewards, and every other non-null column (e.g.
-``panel_prompts``, ``layout``) in ``metadata`` under its own name.
+``panel_prompts``, ``layout``) in ``metadata`` under its own name. An ``image`` cell may
+also hold a list of images (a multi-reference edit, as Qwen-Image-Edit-Plus takes: "the
+person of picture 1 in the room of picture 2"): they land in ``metadata["source_images"]``
+in order, and the first, the image being edited, in ``metadata["source_image"]`` too
+(:func:`edit_references` reads either).
 
     >>> items = load_prompts("recipes/data/t2is_train_metadata.jsonl")   # doctest: +SKIP
     >>> items[0].metadata["layout"]                                      # doctest: +SKIP
@@ -41,7 +45,7 @@ from paco_reward.images import image_hash
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PromptItem", "load_prompts"]
+__all__ = ["PromptItem", "edit_references", "load_prompts", "references_hash"]
 
 
 @dataclass(frozen=True)
@@ -177,13 +181,16 @@ def _parquet(path: Path, layout: str | None) -> list[PromptItem]:
     for k, row in enumerate(rows):
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise PromptError(f"{path}: row {k} needs a non-empty 'prompt' string.")
-        image = row.get("image")
-        if isinstance(image, dict):
-            image = image.get("bytes") or image.get("path")
-        if image is None:
+        cell = row.get("image")
+        cells = cell if isinstance(cell, list) else [cell]
+        images = [c.get("bytes") or c.get("path") if isinstance(c, dict) else c for c in cells]
+        if not images or any(image is None for image in images):
             raise PromptError(f"{path}: row {k} has no 'image'; editing data needs a source image.")
         try:
-            source = load_image(image, f"{path.name}[{k}].image")
+            sources = [
+                load_image(image, f"{path.name}[{k}].image" + (f"[{j}]" if len(cells) > 1 else ""))
+                for j, image in enumerate(images)
+            ]
         except InvalidImageError as err:
             raise PromptError(str(err)) from None
         extra = {
@@ -191,16 +198,50 @@ def _parquet(path: Path, layout: str | None) -> list[PromptItem]:
             for key, value in row.items()
             if key not in PARQUET_FIELDS and value is not None
         }
+        references = {"source_images": sources} if isinstance(cell, list) else {}
         items.append(
             PromptItem(
                 id=str(row.get("id", row.get("idx", k))),
                 prompt=row["prompt"],
                 height=row.get("height"),
                 width=row.get("width"),
-                metadata={**extra, "source_image": source},
+                metadata={**extra, "source_image": sources[0], **references},
             )
         )
     return items
+
+
+def edit_references(item: PromptItem | dict) -> list:
+    """An editing item's (or its metadata's) reference images, the image being edited first:
+    ``metadata["source_images"]`` of a multi-reference edit, else ``[metadata["source_image"]]``.
+
+    Raises:
+        PromptError: naming the item, when it has neither.
+
+    Example:
+        >>> edit_references({"source_image": "cat.png"})
+        ['cat.png']
+    """
+    metadata = item.metadata if isinstance(item, PromptItem) else item
+    references = metadata.get("source_images") or [metadata.get("source_image")]
+    if any(reference is None for reference in references):
+        owner = f"prompt item {item.id!r}" if isinstance(item, PromptItem) else "an item"
+        raise PromptError(
+            f"{owner} has no metadata['source_image']; editing pipelines and rewards need "
+            "(prompt, image) parquet prompt data."
+        )
+    return list(references)
+
+
+def references_hash(images) -> str:
+    """The content hash of an edit's references (:func:`paco_reward.images.image_hash` of the
+    one image, or of their hashes in order): with the prompt id, an edit's GRPO group."""
+    hashes = [image_hash(image) for image in images]
+    if len(hashes) == 1:
+        return hashes[0]
+    import hashlib
+
+    return hashlib.sha256(" ".join(hashes).encode()).hexdigest()
 
 
 def load_prompts(
@@ -235,7 +276,7 @@ def load_prompts(
     # ids define GRPO groups; editing data may apply one instruction id to several images
     # (groups are then (id, image hash)), so only repeated (id, image) pairs are duplicates.
     ids = [
-        (item.id, image_hash(item.metadata["source_image"]))
+        (item.id, references_hash(edit_references(item)))
         if "source_image" in item.metadata
         else item.id
         for item in items

@@ -32,58 +32,9 @@ from paco_reward.hub import PIPELINE_KWARGS, check_kwargs
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "GRPOConfig",
-    "EvalSection",
-    "TrainSection",
-    "FLUX_LORA_TARGETS",
-    "EDIT_PIPELINES",
-    "PIPELINES",
-    "QWEN_IMAGE_LORA_TARGETS",
-    "FLUX2_LORA_TARGETS",
-]
+__all__ = ["GRPOConfig", "EvalSection", "TrainSection"]
 
-# Attention projections shared by FLUX's double-stream and Qwen-Image's dual-stream blocks.
-_JOINT_ATTENTION_LORA_TARGETS = [
-    "attn.to_k",
-    "attn.to_q",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_k_proj",
-    "attn.add_q_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-]
-# Attention and feed-forward projections of FLUX's double-stream blocks (Flow-GRPO's choice).
-FLUX_LORA_TARGETS = [
-    *_JOINT_ATTENTION_LORA_TARGETS,
-    "ff.net.0.proj",
-    "ff.net.2",
-    "ff_context.net.0.proj",
-    "ff_context.net.2",
-]
-# The same projections in Qwen-Image's dual-stream blocks (image/text MLPs named img_/txt_mlp).
-QWEN_IMAGE_LORA_TARGETS = [
-    *_JOINT_ATTENTION_LORA_TARGETS,
-    "img_mlp.net.0.proj",
-    "img_mlp.net.2",
-    "txt_mlp.net.0.proj",
-    "txt_mlp.net.2",
-]
-# FLUX.2's double-stream projections (feed-forwards named linear_in/linear_out) and the single-
-# stream blocks' fused QKV + MLP input projection (FLUX.1's single blocks had attn.to_q/k/v).
-FLUX2_LORA_TARGETS = [
-    *_JOINT_ATTENTION_LORA_TARGETS,
-    "ff.linear_in",
-    "ff.linear_out",
-    "ff_context.linear_in",
-    "ff_context.linear_out",
-    "attn.to_qkv_mlp_proj",
-]
-# Policy pipelines (paco_grpo.pipelines' registry), and those that edit a reference image per
-# prompt, and those whose guidance is true CFG with a negative prompt.
-PIPELINES = tuple(PIPELINE_SPECS)
-EDIT_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.edits)
+# The pipelines whose guidance is true CFG with a negative prompt (for the fields' help).
 TRUE_CFG_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.true_cfg)
 DTYPES = ("float32", "bfloat16", "float16")
 MIXED_PRECISION = ("no", "fp16", "bf16")
@@ -144,7 +95,7 @@ class TrainSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (> 1 enables CFG with negative_prompt)."
+            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (above 1, z_image above 0, CFG runs with negative_prompt)."
         },
     )
 
@@ -255,7 +206,7 @@ class GRPOConfig:
     # ---- model
     model_name_or_path: str = field(
         metadata={
-            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, stabilityai/stable-diffusion-3.5-large)."
+            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit-2509, stabilityai/stable-diffusion-3.5-large, Tongyi-MAI/Z-Image-Turbo)."
         }
     )
     prompt_file: str = field(
@@ -300,7 +251,7 @@ class GRPOConfig:
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1; Qwen-Image's examples use ' ', Flux2KleinPipeline uses '', and step-distilled klein models run no CFG)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1, z_image > 0; Qwen-Image's examples use ' ', Flux2KleinPipeline and ZImagePipeline use '', and step-distilled klein models run no CFG)."
         },
     )
     item_resolution_overrides: bool = field(
@@ -346,10 +297,10 @@ class GRPOConfig:
     # ---- LoRA
     lora_r: int = field(default=64, metadata={"help": "LoRA rank r."})
     lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha."})
-    lora_target_modules: list[str] = field(
-        default_factory=lambda: list(FLUX_LORA_TARGETS),
+    lora_target_modules: list[str] | None = field(
+        default=None,
         metadata={
-            "help": "Module name suffixes of the transformer that get LoRA (attention + feed-forward projections)."
+            "help": "Module name suffixes of the transformer that get LoRA; left out, the pipeline's default (its registered spec's lora_target_modules: the attention and feed-forward projections). Each must name a module of the loaded transformer."
         },
     )
     lora_init: str = field(
@@ -565,11 +516,15 @@ class GRPOConfig:
             raise ConfigError(f"ema_decay must be in [0, 1); got {self.ema_decay}.")
         if self.save_every < 0 or self.num_sample_images < 0 or self.warmup_steps < 0:
             raise ConfigError("save_every, num_sample_images and warmup_steps must be >= 0.")
+        spec = PIPELINE_SPECS[self.pipeline]
+        if self.lora_target_modules is None:  # the pipeline's own, never another model's
+            self.lora_target_modules = list(spec.lora_target_modules)
         if not self.lora_target_modules:
             raise ConfigError(
-                "lora_target_modules is empty; list the transformer projections to adapt."
+                "lora_target_modules is empty; list the transformer projections to adapt, or "
+                f"leave it out for the {self.pipeline} pipeline's default."
             )
-        if PIPELINE_SPECS[self.pipeline].edits:
+        if spec.edits:
             for name, path in (
                 ("prompt_file", self.prompt_file),
                 ("test.prompt_file", self.test.prompt_file),

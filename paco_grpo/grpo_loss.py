@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from paco_reward.errors import InputError
+
 __all__ = ["grpo_loss"]
 
 
@@ -40,7 +42,7 @@ def grpo_loss(
         (1.0, 0.0)
     """
     if beta > 0 and ref_mean is None:
-        raise ValueError("beta > 0 needs the frozen base's step mean (ref_mean).")
+        raise InputError("beta > 0 needs the frozen base's step mean (ref_mean).")
     ratio = torch.exp(log_prob - old_log_prob)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon)

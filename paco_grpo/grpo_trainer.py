@@ -65,6 +65,7 @@ from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
 from paco_grpo.tracking import RunLog, save_image_grid
 from paco_reward.devices import resolve_device
+from paco_reward.errors import InputError
 from paco_reward.launch import check_single_job
 from paco_reward.planning import check_plan
 
@@ -129,7 +130,7 @@ class GRPOTrainer:
         )
         missing = sorted(set(cfg.rewards) - set(self.rewards))
         if missing:
-            raise ValueError(f"config.rewards names {missing} but no such reward was passed.")
+            raise InputError(f"config.rewards names {missing} but no such reward was passed.")
         if test_rewards is None:
             if cfg.test.rewards is None and cfg.test.reward_kwargs is None:
                 test_rewards = self.rewards

@@ -21,6 +21,7 @@ import random
 from pathlib import Path
 
 from paco_grpo.rewards.ocr_text import quoted_text
+from paco_reward.errors import InputError
 
 __all__ = ["TEMPLATES", "generate_ocr_prompts", "write_ocr_prompts"]
 
@@ -267,7 +268,7 @@ def generate_ocr_prompts(num_prompts: int, seed: int = 0) -> list[str]:
     the same arguments give the same list.
 
     Raises:
-        ValueError: ``num_prompts`` is not a positive integer, or more than the word lists
+        InputError: ``num_prompts`` is not a positive integer, or more than the word lists
             make distinct texts for (about 60,000).
 
     Example:
@@ -276,7 +277,7 @@ def generate_ocr_prompts(num_prompts: int, seed: int = 0) -> list[str]:
         (3, True)
     """
     if not isinstance(num_prompts, int) or isinstance(num_prompts, bool) or num_prompts < 1:
-        raise ValueError(f"num_prompts must be a positive integer; got {num_prompts!r}.")
+        raise InputError(f"num_prompts must be a positive integer; got {num_prompts!r}.")
     rng = random.Random(seed)
     prompts, texts, repeats = [], set(), 0
     while len(prompts) < num_prompts:
@@ -284,7 +285,7 @@ def generate_ocr_prompts(num_prompts: int, seed: int = 0) -> list[str]:
         if text.casefold() in texts:  # a text is used once (the reward ignores case)
             repeats += 1
             if repeats > _MAX_REPEATS:
-                raise ValueError(
+                raise InputError(
                     f"the word lists made only {len(prompts)} distinct texts in a row of "
                     f"{_MAX_REPEATS} draws; ask for fewer than {num_prompts} prompts."
                 )
@@ -310,7 +311,7 @@ def write_ocr_prompts(
     """
     for name, value in (("num_train", num_train), ("num_test", num_test)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+            raise InputError(f"{name} must be a positive integer; got {value!r}.")
     prompts = generate_ocr_prompts(num_train + num_test, seed=seed)
     for prompt in prompts:
         quoted_text(prompt)  # every prompt has the target the reward reads

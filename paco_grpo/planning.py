@@ -56,62 +56,26 @@ def _meta_transformer(config: dict[str, Any], lora_r: int, lora_alpha: int, targ
     return model
 
 
-def _forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_tokens: int,
-             reference_tokens: int, dtype):  # fmt: skip
-    """A call of ``model`` on meta inputs of these shapes, as the policy calls it."""
-    meta = {"device": "meta", "dtype": dtype}
-    if config["_class_name"] == "SD3Transformer2DModel":
-        return _sd3_forward(model, config, batch, image_tokens, text_tokens, meta)
-    text = torch.empty(batch, text_tokens, config["joint_attention_dim"], **meta)
-    tokens = image_tokens + reference_tokens
-    latents = torch.empty(batch, tokens, config["in_channels"], **meta)
-    timestep = torch.empty(batch, **meta)
-    if config["_class_name"].startswith("QwenImage"):
-        side = int(image_tokens**0.5)
-        shapes = [[(1, side, side)] + ([(1, side, side)] if reference_tokens else [])] * batch
-        mask = torch.ones(batch, text_tokens, device="meta", dtype=torch.long)
-        return lambda: model(hidden_states=latents, timestep=timestep, guidance=None,
-                             encoder_hidden_states=text, encoder_hidden_states_mask=mask,
-                             img_shapes=shapes, attention_kwargs={}, return_dict=False)[0]  # fmt: skip
-    if config["_class_name"].startswith("Flux2"):  # 4-D ids, no pooled text
-        guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None
-        return lambda: model(hidden_states=latents, timestep=timestep, guidance=guidance,
-                             encoder_hidden_states=text,
-                             txt_ids=torch.zeros(batch, text_tokens, 4, device="meta"),
-                             img_ids=torch.zeros(batch, tokens, 4, device="meta"),
-                             joint_attention_kwargs={}, return_dict=False)[0]  # fmt: skip
-    ids = torch.zeros(tokens, 3, device="meta")
-    pooled = torch.empty(batch, config["pooled_projection_dim"], **meta)
-    guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None
-    return lambda: model(hidden_states=latents, timestep=timestep, guidance=guidance,
-                         pooled_projections=pooled, encoder_hidden_states=text,
-                         txt_ids=torch.zeros(text_tokens, 3, device="meta"), img_ids=ids,
-                         joint_attention_kwargs={}, return_dict=False)[0]  # fmt: skip
-
-
-def _sd3_forward(model, config: dict[str, Any], batch: int, image_tokens: int, text_tokens: int,
-                 meta: dict):  # fmt: skip
-    """SD3's call: unpacked latents (the transformer patchifies), 77 CLIP tokens before the
-    ``text_tokens`` T5 tokens, no position ids."""
-    side = int(image_tokens**0.5) * config["patch_size"]
-    latents = torch.empty(batch, config["in_channels"], side, side, **meta)
-    text = torch.empty(batch, 77 + text_tokens, config["joint_attention_dim"], **meta)
-    pooled = torch.empty(batch, config["pooled_projection_dim"], **meta)
-    timestep = torch.empty(batch, **meta)
-    return lambda: model(hidden_states=latents, timestep=timestep, encoder_hidden_states=text,
-                         pooled_projections=pooled, return_dict=False)[0]  # fmt: skip
+def _forward(model, pipeline: str, config: dict[str, Any], batch: int, image_tokens: int,
+             text_tokens: int, reference_tokens: int, dtype):  # fmt: skip
+    """A call of ``model`` (the transformer of ``pipeline``'s ``config``) on meta inputs of
+    these shapes, as the policy calls it (its sampler's ``meta_inputs``)."""
+    inputs = get_pipeline_spec(pipeline).sampler.meta_inputs(
+        config, batch, image_tokens, text_tokens, reference_tokens, dtype
+    )
+    return lambda: model(**inputs, return_dict=False)[0]
 
 
 def transformer_calls(config: GRPOConfig) -> int:
-    """Transformer forwards per training step: 2 for a true-CFG pipeline guiding above 1
-    (conditional and unconditional), else 1."""
-    spec = get_pipeline_spec(config.pipeline)
-    return 2 if spec.true_cfg and config.train.guidance_scale > 1 else 1
+    """Transformer forwards per training step: 2 for a true-CFG pipeline guiding above its
+    threshold (conditional and unconditional), else 1."""
+    return 2 if get_pipeline_spec(config.pipeline).runs_true_cfg(config.train.guidance_scale) else 1
 
 
 def transformer_activation_bytes(
     config: dict[str, Any],
     *,
+    pipeline: str,
     batch_size: int,
     resolution: int,
     text_tokens: int,
@@ -124,17 +88,14 @@ def transformer_activation_bytes(
     targets: list[str] | None = None,
 ) -> int:
     """Estimated activation bytes of one training micro-batch of the transformer ``config``
-    (a FLUX or Qwen-Image transformer) at ``resolution``^2 with ``text_tokens`` of text, a
+    of ``pipeline`` (a registered name) at ``resolution``^2 with ``text_tokens`` of text, a
     reference image of the same area when ``reference`` (editing), ``calls`` forwards per
-    backward (2 with true CFG)."""
-    from paco_grpo.grpo_config import FLUX_LORA_TARGETS
-
-    model = _meta_transformer(
-        config, lora_r, lora_alpha or 2 * lora_r, targets or FLUX_LORA_TARGETS, dtype
-    )
+    backward (2 with true CFG); LoRA on ``targets`` (default the pipeline's)."""
+    targets = targets or get_pipeline_spec(pipeline).lora_target_modules
+    model = _meta_transformer(config, lora_r, lora_alpha or 2 * lora_r, targets, dtype)
     tokens = _tokens(resolution)
     forward = _forward(
-        model, config, batch_size, tokens, text_tokens, tokens if reference else 0, dtype
+        model, pipeline, config, batch_size, tokens, text_tokens, tokens if reference else 0, dtype
     )
     return activation_bytes(model, forward, calls=calls).bytes(gradient_checkpointing)
 
@@ -226,7 +187,7 @@ def plan_grpo(
     calls = transformer_calls(config)
     tokens = _tokens(config.train.resolution)
     forward = _forward(
-        model, transformer, config.per_device_train_batch_size, tokens,
+        model, config.pipeline, transformer, config.per_device_train_batch_size, tokens,
         config.max_sequence_length, tokens if editing else 0, torch_dtype,
     )  # fmt: skip
     estimate = activation_bytes(model, forward, calls=calls)

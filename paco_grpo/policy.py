@@ -4,12 +4,27 @@ pipeline's :class:`~paco_grpo.pipelines.registry.PipelineSpec` says which classe
 
 from __future__ import annotations
 
+import difflib
+import logging
+
 import torch
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
+from paco_reward.errors import ConfigError
+from paco_reward.hub import check_source
 
-__all__ = ["add_lora", "build_sampler", "check_pipeline", "edit_items", "load_pipeline"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "add_lora",
+    "build_sampler",
+    "check_lora_targets",
+    "check_pipeline",
+    "edit_items",
+    "load_pipeline",
+    "without_cudnn_attention",
+]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,7 +48,7 @@ def load_pipeline(config: GRPOConfig, device):
 
     name = get_pipeline_spec(config.pipeline).diffusers_class
     pipe = getattr(diffusers, name).from_pretrained(
-        config.model_name_or_path,
+        check_source(config.model_name_or_path, "pipeline"),
         dtype=_DTYPES[config.dtype],
         **config.model_init_kwargs,
     )
@@ -47,7 +62,7 @@ def check_pipeline(config: GRPOConfig, pipe) -> None:
     """Fail early when a recipe is given a pipeline of another type than its ``pipeline``."""
     expected = get_pipeline_spec(config.pipeline).diffusers_class
     if expected not in {c.__name__ for c in type(pipe).__mro__}:
-        raise ValueError(
+        raise ConfigError(
             f"config.pipeline={config.pipeline!r} needs a diffusers {expected}; got a "
             f"{type(pipe).__name__}. Set `pipeline:` to the model's type."
         )
@@ -55,7 +70,12 @@ def check_pipeline(config: GRPOConfig, pipe) -> None:
 
 def add_lora(config: GRPOConfig, pipe):
     """Freeze every component and add a LoRA adapter (``lora_r``, ``lora_alpha``, seeded
-    init) on ``lora_target_modules`` of the transformer; returns the transformer."""
+    init) on ``lora_target_modules`` of the transformer; returns the transformer.
+
+    Raises:
+        ConfigError: a target that names no module of the transformer (the message names it
+            and lists the module names closest to it).
+    """
     from diffusers.training_utils import cast_training_params
     from peft import LoraConfig
 
@@ -63,14 +83,7 @@ def add_lora(config: GRPOConfig, pipe):
     for module in [*pipe.components.values(), transformer]:
         if isinstance(module, torch.nn.Module):
             module.requires_grad_(False)
-    if not any(
-        name.endswith(t)
-        for name, _ in transformer.named_modules()
-        for t in config.lora_target_modules
-    ):
-        raise ValueError(
-            f"lora_target_modules {config.lora_target_modules} match no module of the transformer."
-        )
+    check_lora_targets(config.lora_target_modules, transformer)
     torch.manual_seed(config.seed)
     transformer.add_adapter(
         LoraConfig(
@@ -82,15 +95,110 @@ def add_lora(config: GRPOConfig, pipe):
         )
     )
     cast_training_params(transformer, dtype=torch.float32)
-    if config.gradient_checkpointing:
-        transformer.enable_gradient_checkpointing()
     if transformer.device.type == "cuda":
-        # PyTorch's cuDNN attention fails in the backward of FLUX.1-dev's real-size attention
-        # (H200, torch 2.11: "mha_graph.execute ... is_good()", or an illegal memory access
-        # without CUDA_LAUNCH_BLOCKING); flash attention, its next choice, trains. Seen by
-        # benchmarks/gpu_check.py.
-        torch.backends.cuda.enable_cudnn_sdp(False)
+        without_cudnn_attention(transformer)
+    if config.gradient_checkpointing:
+        transformer.enable_gradient_checkpointing(
+            without_cudnn_attention.checkpoint if transformer.device.type == "cuda" else None
+        )
     return transformer
+
+
+def check_lora_targets(targets, transformer) -> None:
+    """Each LoRA target must name a module of ``transformer`` by peft's rule (the module's
+    name, or its name's ending after a dot).
+
+    Raises:
+        ConfigError: naming the targets that match nothing, each with the module names
+            closest to it (difflib).
+
+    Example:
+        >>> check_lora_targets(["to_q"], torch.nn.ModuleDict({"to_q": torch.nn.Linear(2, 2)}))
+        >>> check_lora_targets(["to_qq"], torch.nn.ModuleDict({"to_q": torch.nn.Linear(2, 2)}))
+        Traceback (most recent call last):
+        ...
+        paco_reward.errors.ConfigError: lora_target_modules ['to_qq'] match no module of the ModuleDict: 'to_qq' (closest: ['to_q']). Fix the names, or leave lora_target_modules out for the pipeline's default.
+    """
+    names = [name for name, _ in transformer.named_modules() if name]
+    # every dotted ending of every module name that does not start at a block index: the
+    # names a target is usually written as
+    endings = sorted(
+        {
+            ".".join(parts[k:])
+            for parts in (n.split(".") for n in names)
+            for k in range(len(parts))
+            if not parts[k].isdigit()
+        }
+    )
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        close = "; ".join(
+            f"{t!r} (closest: {difflib.get_close_matches(t, endings, n=4, cutoff=0.5)})"
+            for t in missing
+        )
+        raise ConfigError(
+            f"lora_target_modules {missing} match no module of the "
+            f"{type(transformer).__name__}: {close}. Fix the names, or leave "
+            "lora_target_modules out for the pipeline's default."
+        )
+
+
+class _WithoutCudnnAttention:
+    """PyTorch's cuDNN attention fails in the backward of FLUX.1-dev's real-size attention
+    (H200, torch 2.11: "mha_graph.execute ... is_good()", or an illegal memory access without
+    CUDA_LAUNCH_BLOCKING; seen by benchmarks/gpu_check.py); flash attention, its next choice,
+    trains. So the policy's transformer runs without it: its forward calls (sampling,
+    re-scoring, the reference pass) and, with gradient checkpointing, the forward it
+    recomputes in the backward pass, and nothing else in the process (an in-process
+    evaluator keeps cuDNN attention).
+
+    ``without_cudnn_attention(transformer)`` wraps the transformer's calls;
+    ``without_cudnn_attention.checkpoint`` is the gradient-checkpointing function that
+    recomputes without it. The flags are process-wide while a call runs, so a reward thread
+    scoring at that moment runs without cuDNN attention too (slower, not wrong).
+    """
+
+    logged = False
+
+    @staticmethod
+    def context():
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        return sdpa_kernel(backends)
+
+    def __call__(self, transformer: torch.nn.Module) -> torch.nn.Module:
+        contexts = []
+
+        def enter(module, args, kwargs):
+            contexts.append(self.context())
+            contexts[-1].__enter__()
+
+        def leave(module, args, kwargs, output):
+            contexts.pop().__exit__(None, None, None)
+
+        transformer.register_forward_pre_hook(enter, with_kwargs=True)
+        transformer.register_forward_hook(leave, with_kwargs=True, always_call=True)
+        if not type(self).logged:
+            type(self).logged = True
+            logger.info(
+                "The policy's transformer runs without PyTorch's cuDNN attention (its backward "
+                "fails at FLUX.1-dev's size); flash attention takes its place."
+            )
+        return transformer
+
+    def checkpoint(self, function, *args, **kwargs):
+        """``torch.utils.checkpoint`` (non-reentrant, as diffusers') whose recomputation in
+        the backward pass runs without cuDNN attention, as the forward did."""
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(
+            function, *args, use_reentrant=False,
+            context_fn=lambda: (self.context(), self.context()), **kwargs,
+        )  # fmt: skip
+
+
+without_cudnn_attention = _WithoutCudnnAttention()
 
 
 def build_sampler(config: GRPOConfig, pipe):

@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from paco_grpo.async_rewards import AsyncRewardRunner, compute_rewards
-from paco_grpo.data import PromptItem
+from paco_grpo.data import PromptItem, edit_references
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.rewards import Reward
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
+from paco_reward.errors import InputError
 
 __all__ = ["EpochRollout", "Rollout", "derive_seed", "reward_inputs"]
 
@@ -129,7 +130,7 @@ class Rollout:
         }
         prompts = [it.prompt for it in items]
         if self.editing:
-            references = [it.metadata["source_image"] for it in items]
+            references = [edit_references(it) for it in items]
             return self.sampler(prompts, references, area=None, **kwargs)
         return self.sampler(prompts, height=size[0], width=size[1], **kwargs)
 
@@ -238,7 +239,7 @@ class Rollout:
         while count is not None and len(batches) < count:
             largest = max(range(len(batches)), key=lambda b: len(batches[b]))
             if len(batches[largest]) < 2:
-                raise ValueError(f"cannot split {len(samples)} samples into {count} minibatches.")
+                raise InputError(f"cannot split {len(samples)} samples into {count} minibatches.")
             half = len(batches[largest]) // 2
             batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
         return batches
@@ -269,7 +270,7 @@ class Rollout:
     # ------------------------------------------------------------------ re-scoring
     def velocity(self, model, x, timesteps, items: list[PromptItem], size: tuple[int, int]):
         """The policy's velocity for recorded latents ``x`` of ``items`` (conditioning cached)."""
-        references = [it.metadata["source_image"] for it in items] if self.editing else None
+        references = [edit_references(it) for it in items] if self.editing else None
         prompts = [it.prompt for it in items]
         guidance = self.config.train.guidance_scale
         return self.sampler.transition_velocity(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES, cps_step, sde_step
+from paco_reward.errors import InputError
 
 __all__ = ["FlowGRPOScheduler", "FlowGRPOSchedulerOutput"]
 
@@ -74,12 +75,12 @@ class FlowGRPOScheduler:
         self, noise_level: float = 0.7, sde_type: str = "sde", cps_log_prob: str = "gaussian"
     ) -> None:
         if sde_type not in SDE_TYPES:
-            raise ValueError(f"sde_type must be one of {SDE_TYPES}; got {sde_type!r}.")
+            raise InputError(f"sde_type must be one of {SDE_TYPES}; got {sde_type!r}.")
         if cps_log_prob not in CPS_LOG_PROBS:
-            raise ValueError(f"cps_log_prob must be one of {CPS_LOG_PROBS}; got {cps_log_prob!r}.")
+            raise InputError(f"cps_log_prob must be one of {CPS_LOG_PROBS}; got {cps_log_prob!r}.")
         if noise_level < 0 or (sde_type == "cps" and noise_level > 1):
             bound = "in [0, 1] for CPS" if sde_type == "cps" else ">= 0"
-            raise ValueError(f"noise_level must be {bound}; got {noise_level}.")
+            raise InputError(f"noise_level must be {bound}; got {noise_level}.")
         self.noise_level = float(noise_level)
         self.sde_type = sde_type
         self.cps_log_prob = cps_log_prob

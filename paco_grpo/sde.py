@@ -30,6 +30,8 @@ import math
 
 import torch
 
+from paco_reward.errors import InputError
+
 __all__ = ["CPS_LOG_PROBS", "SDE_TYPES", "cps_step", "sde_step"]
 
 # The stochastic steps ``train.sde_type`` picks, and the log-probabilities of a CPS step.
@@ -86,7 +88,7 @@ def sde_step(
         True
     """
     if noise_level < 0:
-        raise ValueError(f"noise_level must be >= 0; got {noise_level}.")
+        raise InputError(f"noise_level must be >= 0; got {noise_level}.")
     out_dtype = x.dtype
     xf, vf = x.float(), v.float()
     sigma_t = _as_batch_tensor(sigma, xf)
@@ -199,12 +201,12 @@ def cps_step(
         0.3
     """
     if not 0 <= noise_level <= 1:
-        raise ValueError(
+        raise InputError(
             f"CPS noise_level must be in [0, 1] (std = sigma_next * sin(a * pi / 2)); "
             f"got {noise_level}."
         )
     if log_prob not in CPS_LOG_PROBS:
-        raise ValueError(f"log_prob must be one of {CPS_LOG_PROBS}; got {log_prob!r}.")
+        raise InputError(f"log_prob must be one of {CPS_LOG_PROBS}; got {log_prob!r}.")
     out_dtype = x.dtype
     xf, vf = x.float(), v.float()
     sigma_t = _as_batch_tensor(sigma, xf)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from paco_reward.errors import InputError
+
 __all__ = ["FluxSchedule", "flux_schedule", "image_seq_len", "sd3_schedule"]
 
 
@@ -60,6 +62,7 @@ def flux_schedule(
     image_seq_len: int,
     device: torch.device | str | None = None,
     mu: float | None = None,
+    sigmas: list[float] | None = None,
 ) -> FluxSchedule:
     """Timesteps and sigmas for ``num_steps`` at ``image_seq_len`` tokens, as ``FluxPipeline``.
 
@@ -72,12 +75,15 @@ def flux_schedule(
         device: where the tensors go.
         mu: the resolution shift; default FLUX.1's ``calculate_shift`` of ``image_seq_len``
             with the scheduler's config (FLUX.2 passes its ``compute_empirical_mu``).
+        sigmas: the unshifted sigmas; default ``np.linspace(1, 1 / num_steps, num_steps)``
+            as ``FluxPipeline`` (Z-Image's pipeline passes a float32 ``torch.linspace``).
     """
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
     if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1; got {num_steps}.")
-    sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
+        raise InputError(f"num_steps must be >= 1; got {num_steps}.")
+    if sigmas is None:
+        sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
     if getattr(scheduler.config, "use_flow_sigmas", False):
         sigmas = None
     if mu is None:
@@ -117,7 +123,7 @@ def sd3_schedule(
     )
 
     if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1; got {num_steps}.")
+        raise InputError(f"num_steps must be >= 1; got {num_steps}.")
     config = scheduler.config
     if not config.get("use_dynamic_shifting", False):
         return _retrieve(scheduler, num_steps, device, None, None)

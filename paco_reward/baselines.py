@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import InputError, InputTypeError, MissingDependencyError
 from paco_reward.images import ImageInput, image_hash, load_image
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def _unique_images(
 
     for k, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
-            raise TypeError(
+            raise InputTypeError(
                 f"pairs[{k}] must be (image_a, image_b[, prompt]); got {type(pair).__name__}."
             )
         mapped.append((add(pair[0], f"pairs[{k}][0]"), add(pair[1], f"pairs[{k}][1]")))
@@ -129,7 +130,7 @@ class CLIPImageScorer(_EmbeddingScorer):
         from paco_reward.devices import resolve_device
 
         if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1.")
+            raise InputError(f"batch_size={batch_size} must be >= 1.")
         self.device = resolve_device(device)
         self.dtype = dtype or torch.float32
         self.model = CLIPModel.from_pretrained(model_name_or_path, dtype=self.dtype)
@@ -164,7 +165,7 @@ class PixelScorer:
 
     def __init__(self, size: int = 64) -> None:
         if size < 1:
-            raise ValueError(f"size={size} must be a positive side length in pixels.")
+            raise InputError(f"size={size} must be a positive side length in pixels.")
         self.size = size
 
     def _array(self, image: Image.Image) -> np.ndarray:
@@ -187,7 +188,7 @@ def _require(module: str, scorer: str, install: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ImportError(
+        raise MissingDependencyError(
             f"{scorer} needs the optional package {module!r}, which is not installed. "
             f"Install it with `pip install {install}`, or use the 'clip' or 'pixel' scorer."
         ) from None

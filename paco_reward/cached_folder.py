@@ -24,6 +24,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from paco_reward.atomic_io import atomic_write_text
+from paco_reward.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def publish_folder(work: Path, output_dir: str | Path, info_file: str, info: dic
     """Write ``info`` (holding the ``"key"``) into the finished ``work`` folder and move it to
     ``output_dir``, replacing what was there; returns ``output_dir``."""
     if "key" not in info:
-        raise ValueError(f"the info of {output_dir} must hold its cache 'key'.")
+        raise InputError(f"the info of {output_dir} must hold its cache 'key'.")
     output_dir = Path(output_dir)
     atomic_write_text(work / info_file, json.dumps(info, indent=2))
     shutil.rmtree(output_dir, ignore_errors=True)

@@ -33,6 +33,8 @@ import sys
 
 import torch
 
+from paco_reward.errors import ConfigError, InputError, LaunchError
+
 __all__ = [
     "default_device",
     "host_to_device",
@@ -62,7 +64,7 @@ def local_process_index() -> int:
     except ValueError:
         index = -1
     if index < 0:
-        raise ValueError(
+        raise ConfigError(
             f"LOCAL_RANK={value!r} is not a process index (a non-negative integer); unset it "
             "or launch with torchrun / accelerate launch, which set it."
         )
@@ -77,7 +79,7 @@ def _cuda_index() -> int:
         return index
     if count == 1:  # one GPU per process (CUDA_VISIBLE_DEVICES set per process)
         return 0
-    raise RuntimeError(
+    raise LaunchError(
         f"LOCAL_RANK={index} but this process sees only {count} CUDA devices; launch at most "
         f"{count} processes per machine or set CUDA_VISIBLE_DEVICES to the GPUs to use."
     )
@@ -141,7 +143,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         try:
             resolved = torch.device(device)
         except (RuntimeError, TypeError) as err:
-            raise ValueError(
+            raise InputError(
                 f"device={device!r} is not a torch device; use e.g. 'cpu', 'cuda', 'cuda:1', "
                 f"'mps', or None for this process's default ({err})."
             ) from None

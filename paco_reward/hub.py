@@ -12,7 +12,10 @@ Every loader (:meth:`paco_reward.PacoReward.from_pretrained`, the SFT trainer's
   ``quantization_config``, ...) say how to build the weights; they go to the model only.
 
 Arguments are checked before anything loads: a name the loader does not know raises a
-``TypeError`` (a ``ValueError`` in a config) that names it, never silently ignored.
+``TypeError`` (:class:`~paco_reward.errors.InputTypeError`; a
+:class:`~paco_reward.errors.ConfigError` in a config) that names it, never silently ignored.
+A model argument that names no local folder and cannot be a hub id either fails before the
+hub is asked (:func:`check_source`), with a message about the folder, not about repo ids.
 
     >>> hub_kwargs(revision="v1.0", local_files_only=True)
     {'revision': 'v1.0', 'local_files_only': True}
@@ -22,15 +25,19 @@ Arguments are checked before anything loads: a name the loader does not know rai
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from paco_reward.errors import InputTypeError, PathNotFoundError
 
 __all__ = [
     "ADAPTER_KWARGS",
     "HUB_KWARGS",
     "PIPELINE_KWARGS",
     "check_kwargs",
+    "check_source",
     "hub_kwargs",
 ]
 
@@ -104,7 +111,7 @@ def check_kwargs(
     name: str,
     allowed: tuple[str, ...] | None = None,
     reserved: Mapping[str, str] | None = None,
-    error: type[Exception] = TypeError,
+    error: type[Exception] = InputTypeError,
 ) -> dict[str, Any]:
     """A copy of ``kwargs`` meant for another library's ``from_pretrained``, checked.
 
@@ -115,7 +122,8 @@ def check_kwargs(
             raises on unknown ones itself).
         reserved: keys the caller takes as a parameter or field of its own, mapped to what
             to use instead (``{"torch_dtype": "dtype="}``).
-        error: the exception raised (``TypeError`` for a function's keyword arguments,
+        error: the exception raised (:class:`~paco_reward.errors.InputTypeError`, a
+            ``TypeError``, for a function's keyword arguments,
             ``ConfigError`` in a config's ``__post_init__``).
 
     Raises:
@@ -126,7 +134,7 @@ def check_kwargs(
         >>> check_kwargs({"torch_dtype": "bfloat16"}, name="model_kwargs", reserved={"torch_dtype": "dtype="})
         Traceback (most recent call last):
         ...
-        TypeError: model_kwargs must not set ['torch_dtype']; use dtype= instead.
+        paco_reward.errors.InputTypeError: model_kwargs must not set ['torch_dtype']; use dtype= instead.
     """
     if kwargs is None:
         return {}
@@ -145,3 +153,44 @@ def check_kwargs(
         if unknown:
             raise error(f"{name} has unknown key(s) {unknown}; valid keys: {sorted(allowed)}.")
     return dict(kwargs)
+
+
+def check_source(path_or_id: str | Path, what: str = "model") -> str:
+    """``path_or_id`` as a string, once it is known to be a local path or a possible hub id.
+
+    A loader treats an argument that names no local file or folder as a hub id; one that
+    cannot be a hub id either (``/data/model``, ``./out``, ``~/x``, ``a/b/c``) would fail in
+    the hub client with a message about repo id characters. This says what the user meant:
+    no folder exists there. A possible hub id (``name`` or ``org/name``) is left to the hub.
+
+    Args:
+        path_or_id: the folder or hub id a loader was given.
+        what: what it should be, for the message (``"model"``, ``"adapter"``).
+
+    Raises:
+        PathNotFoundError: nothing exists at ``path_or_id`` and it is not a valid hub id.
+
+    Example:
+        >>> check_source("X-GenGroup/PaCo-Reward-7B")
+        'X-GenGroup/PaCo-Reward-7B'
+        >>> check_source("/nope")
+        Traceback (most recent call last):
+        ...
+        paco_reward.errors.PathNotFoundError: No model folder exists at '/nope', and '/nope' is not a hub id either (hub ids are 'name' or 'org/name'). Give the path of an existing folder, or a hub id.
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    source = str(path_or_id)
+    if os.path.exists(source):
+        return source
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        where = os.path.abspath(os.path.expanduser(source))
+        shown = repr(source) if where == source else f"{source!r} ({where})"
+        raise PathNotFoundError(
+            f"No {what} folder exists at {shown}, and {source!r} is not a hub id either (hub "
+            "ids are 'name' or 'org/name'). Give the path of an existing folder, or a hub id."
+        ) from None
+    return source

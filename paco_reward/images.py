@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from paco_reward.errors import InvalidImageError
+from paco_reward.errors import ConfigError, InvalidImageError
 
 ImageInput = Image.Image | str | os.PathLike | np.ndarray | Any
 
@@ -173,7 +173,7 @@ class ImagePolicy:
 
     def __post_init__(self) -> None:
         if self.min_pixels > self.max_pixels:
-            raise ValueError(
+            raise ConfigError(
                 f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})."
             )
 

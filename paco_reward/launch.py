@@ -16,13 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from paco_reward.errors import PacoError
+from paco_reward.errors import LaunchError
 
 __all__ = ["LaunchError", "check_single_job"]
-
-
-class LaunchError(PacoError, RuntimeError):
-    """The processes of a launch do not form the one job the trainer expects."""
 
 
 def check_single_job(num_processes: int, environ: Mapping[str, str] | None = None) -> None:

@@ -41,6 +41,7 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import default_device, host_to_device, pin_for, resolve_device
+from paco_reward.errors import InputError, PromptError
 from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask
 from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, hub_kwargs
 from paco_reward.images import ImagePolicy
@@ -111,7 +112,7 @@ def expand_image_tokens(
     """
     placeholders = sum(1 for t in ids if t == image_token_id)
     if placeholders != len(tokens_per_image):
-        raise ValueError(
+        raise PromptError(
             f"prompt has {placeholders} image placeholders but {len(tokens_per_image)} images "
             "were given; render the prompt with one image part per image."
         )
@@ -280,7 +281,7 @@ class LocalBackend:
             ...                                        device_map="auto")  # doctest: +SKIP
         """
         if device is not None and device_map is not None:
-            raise ValueError(
+            raise InputError(
                 f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
                 f"accelerate; got {device_map!r}), not both."
             )

@@ -49,6 +49,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from paco_reward.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 RANKING_METRICS = (
@@ -76,7 +78,7 @@ def predicted_order(scores: Sequence[float] | np.ndarray, ties: str = "first") -
         ([1, 2, 0], [2, 1, 0])
     """
     if ties not in TIE_RULES:
-        raise ValueError(f"ties={ties!r} is not a tie rule; use one of {TIE_RULES}.")
+        raise InputError(f"ties={ties!r} is not a tie rule; use one of {TIE_RULES}.")
     values = np.asarray(scores, dtype=np.float64)
     if ties == "first":
         return [int(i) for i in np.argsort(-values, kind="stable")]
@@ -86,7 +88,7 @@ def predicted_order(scores: Sequence[float] | np.ndarray, ties: str = "first") -
 def _check_order(order: Sequence[int], n: int, name: str) -> list[int]:
     values = [int(v) for v in order]
     if sorted(values) != list(range(n)):
-        raise ValueError(
+        raise InputError(
             f"{name}={list(order)!r} is not an ordering of the {n} candidates; it must list "
             f"each index 0..{n - 1} exactly once, best first."
         )
@@ -136,9 +138,9 @@ def item_ranking_metrics(
     values = np.asarray(scores, dtype=np.float64).reshape(-1)
     n = len(values)
     if n < 2:
-        raise ValueError(f"An item needs at least 2 candidates to rank; got {n} score(s).")
+        raise InputError(f"An item needs at least 2 candidates to rank; got {n} score(s).")
     if not np.isfinite(values).all():
-        raise ValueError(
+        raise InputError(
             f"scores={values.tolist()} contain NaN/inf; drop the item or fix the scorer "
             "(ranking_metrics skips such items and counts them in 'n_skipped')."
         )
@@ -184,7 +186,7 @@ def ranking_metrics(
         0.0
     """
     if len(scores) != len(human_order):
-        raise ValueError(
+        raise InputError(
             f"scores has {len(scores)} items but human_order has {len(human_order)}; "
             "pass one human order per item."
         )
@@ -199,7 +201,7 @@ def ranking_metrics(
         try:
             per_item.append(item_ranking_metrics(values, order, ties))
         except ValueError as err:
-            raise ValueError(f"item {k}: {err}") from None
+            raise InputError(f"item {k}: {err}") from None
     return average_metrics(per_item, n_skipped=skipped)
 
 
@@ -247,7 +249,7 @@ def pairwise_correct(
     a = np.asarray(preferred, dtype=np.float64).reshape(-1)
     b = np.asarray(other, dtype=np.float64).reshape(-1)
     if a.shape != b.shape:
-        raise ValueError(
+        raise InputError(
             f"preferred has {a.size} scores but other has {b.size}; pass one score per pair in each."
         )
     with np.errstate(invalid="ignore"):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from paco_reward.errors import UnsupportedModelError, WeightsMismatchError
-from paco_reward.hub import HUB_KWARGS
+from paco_reward.hub import HUB_KWARGS, check_source
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def load_evaluator(
     """
     from transformers import AutoConfig
 
-    source = str(path_or_id)
+    source = check_source(path_or_id)
     hub = {k: v for k, v in model_kwargs.items() if k in HUB_KWARGS}
     check_vision_language_config(AutoConfig.from_pretrained(source, **hub), source)
     processor = load_evaluator_processor(processor_source or path_or_id, **(processor_kwargs or {}))
@@ -272,7 +272,7 @@ def load_adapter(model, adapter: str | Path, **kwargs):
     """
     from peft import PeftModel
 
-    source = str(adapter)
+    source = check_source(adapter, "adapter")
     key_mapping = getattr(model, "_checkpoint_conversion_mapping", None) or {}
     with warnings.catch_warnings():
         # The check below names the missing adapter weights in an error instead.
@@ -356,7 +356,7 @@ def image_features(vision_output) -> list[ImageFeatures]:
         by_block = by_image and not isinstance(value[0], torch.Tensor)
         parts = value if by_block else [value]
         if not by_image or any(len(part) != len(per_image) for part in parts):
-            raise TypeError(
+            raise UnsupportedModelError(
                 f"{type(vision_output).__name__}.{name} is not split by image ({len(per_image)} "
                 "images); the vision reuse knows per-image tuples and lists of them."
             )

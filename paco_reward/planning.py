@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from paco_reward.errors import InputError, PlanError
+
 __all__ = [
     "ActivationEstimate",
     "PlanOptions",
@@ -70,10 +72,6 @@ class Component:
     def __post_init__(self) -> None:
         if self.bytes < 0:
             self.bytes = self.parameters * dtype_bytes(self.dtype)
-
-
-class PlanError(RuntimeError):
-    """A launch that cannot fit: the weights and optimizer states alone exceed the GPU."""
 
 
 def check_plan(
@@ -364,7 +362,7 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.ModuleList]:
         if isinstance(m, torch.nn.ModuleList) and len(m) and type(m[0]).__name__ in names
     ]
     if not stacks:
-        raise ValueError(f"{type(model).__name__} names no repeated blocks to checkpoint.")
+        raise InputError(f"{type(model).__name__} names no repeated blocks to checkpoint.")
     return stacks
 
 

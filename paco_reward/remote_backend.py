@@ -57,7 +57,7 @@ import httpx
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import LogprobTokenIdsIgnoredError, RewardServerError
+from paco_reward.errors import InputError, LogprobTokenIdsIgnoredError, RewardServerError
 from paco_reward.images import ImagePolicy, image_hash
 from paco_reward.local_backend import PairRequest
 from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
@@ -183,21 +183,21 @@ class RemoteBackend:
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls or not all(isinstance(u, str) and u.strip() for u in urls):
-            raise ValueError(
+            raise InputError(
                 f"base_url must be a server's API root or a non-empty list of them; got {base_url!r}."
             )
         if len({u.rstrip("/") for u in urls}) != len(urls):
-            raise ValueError(f"base_url lists a replica twice: {urls!r}.")
+            raise InputError(f"base_url lists a replica twice: {urls!r}.")
         if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}.")
+            raise InputError(f"max_concurrency must be >= 1; got {max_concurrency}.")
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds; got {timeout}.")
+            raise InputError(f"timeout must be > 0 seconds; got {timeout}.")
         if not 0 <= top_logprobs <= 20:
-            raise ValueError(
+            raise InputError(
                 f"top_logprobs must be in [0, 20] (OpenAI's limit); got {top_logprobs}."
             )
         if image_format not in IMAGE_FORMATS:
-            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}; got {image_format!r}.")
+            raise InputError(f"image_format must be one of {IMAGE_FORMATS}; got {image_format!r}.")
         self._replicas = [_Replica(url) for url in urls]
         self.base_url = self._replicas[0].url
         self.base_urls = [r.url for r in self._replicas]

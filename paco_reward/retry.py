@@ -22,21 +22,13 @@ from dataclasses import dataclass, field
 
 import tenacity
 
-from paco_reward.errors import PacoError
+from paco_reward.errors import ConfigError, PacoError, TransientError
 
 __all__ = ["RETRY_STATUS", "RetryPolicy", "TransientError", "retry_after_seconds"]
 
 logger = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
-class TransientError(Exception):
-    """A failure worth retrying; ``retry_after`` is the server's hint in seconds."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 def retry_after_seconds(headers) -> float | None:
@@ -68,9 +60,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.retries < 0:
-            raise ValueError(f"retries must be >= 0; got {self.retries}.")
+            raise ConfigError(f"retries must be >= 0; got {self.retries}.")
         if self.backoff < 0 or self.max_backoff < self.backoff:
-            raise ValueError(
+            raise ConfigError(
                 f"backoff must be >= 0 and max_backoff >= backoff; got {self.backoff}, "
                 f"{self.max_backoff}."
             )

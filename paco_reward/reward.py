@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import LayoutError, PromptError
+from paco_reward.errors import InputError, InputTypeError, LayoutError, PromptError
 from paco_reward.grids import parse_layout, split_grid, split_panel_prompts
 from paco_reward.hub import hub_kwargs
 from paco_reward.images import ImageInput, ImagePolicy, image_hash, load_image, resize_for_model
@@ -237,9 +237,9 @@ class PacoReward:
                 llm_kwargs=llm_kwargs,
             )
         if backend != "transformers":
-            raise ValueError(f"backend must be 'transformers' or 'vllm'; got {backend!r}.")
+            raise InputError(f"backend must be 'transformers' or 'vllm'; got {backend!r}.")
         if llm_kwargs:
-            raise TypeError(
+            raise InputTypeError(
                 f"PacoReward.from_pretrained() got unexpected keyword argument(s) "
                 f"{sorted(llm_kwargs)}. The transformers backend loads with revision=, "
                 "cache_dir=, token=, local_files_only=, trust_remote_code=, device_map= and "
@@ -289,7 +289,7 @@ class PacoReward:
     ) -> PacoReward:
         """``from_pretrained(backend="vllm")``: the hub arguments under vllm.LLM's names."""
         if transformers_only["adapter"] is not None or transformers_only["device"] is not None:
-            raise ValueError(
+            raise InputError(
                 "backend='vllm' takes a merged model folder and picks its own device: merge "
                 f"the adapter first (paco-reward merge) and drop device= (got adapter="
                 f"{transformers_only['adapter']!r}, device={transformers_only['device']!r})."
@@ -299,7 +299,7 @@ class PacoReward:
         given = sorted(name for name, value in transformers_only.items() if value is not None)
         no_equivalent = sorted(set(hub) - set(VLLM_HUB_NAMES))
         if given or no_equivalent:
-            raise ValueError(
+            raise InputError(
                 f"backend='vllm' does not take {given + no_equivalent}: vllm.LLM places and "
                 "builds the model itself (pass its own arguments as keywords, e.g. "
                 "gpu_memory_utilization=0.5) and reads the hub token and offline mode from "
@@ -309,7 +309,7 @@ class PacoReward:
         for name, value in hub.items():
             theirs = VLLM_HUB_NAMES[name]
             if theirs in llm_kwargs:
-                raise TypeError(
+                raise InputTypeError(
                     f"{name}={value!r} and {theirs}={llm_kwargs[theirs]!r} name the same "
                     "vllm.LLM argument; give one."
                 )
@@ -472,7 +472,7 @@ class PacoReward:
         requests = []
         for k, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
-                raise TypeError(
+                raise InputTypeError(
                     f"pairs[{k}] must be (image_a, image_b[, prompt]); got {type(pair).__name__}."
                 )
             prompt = pair[2] if len(pair) == 3 else None

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from paco_reward.errors import LogprobTokenIdsIgnoredError, MissingDependencyError
+from paco_reward.hub import check_source
 from paco_reward.images import ImagePolicy
 from paco_reward.local_backend import PairRequest, render_prompt_text
 from paco_reward.yes_no import YesNoTokens, yes_probability_from_token_logprobs
@@ -56,9 +58,9 @@ def import_vllm():
     try:
         import vllm
     except ImportError as err:
-        raise ImportError(f"{VLLM_MISSING} ({err})") from err
+        raise MissingDependencyError(f"{VLLM_MISSING} ({err})") from err
     if "logprob_token_ids" not in inspect.signature(vllm.SamplingParams).parameters:
-        raise ImportError(
+        raise MissingDependencyError(
             f"vLLM {getattr(vllm, '__version__', '?')} has no SamplingParams(logprob_token_ids=...),"
             " which exact scoring needs; upgrade vLLM."
         )
@@ -119,6 +121,7 @@ class VLLMBackend:
                 ``revision``, ``trust_remote_code`` and ``download_dir`` also load the
                 processor, so the images are resized as the engine's files say.
         """
+        path_or_id = check_source(path_or_id)
         vllm = import_vllm()
         import torch
         from transformers import AutoProcessor
@@ -169,7 +172,7 @@ class VLLMBackend:
         """Scores of ``pairs`` (indices into ``images``), all pairs in one vLLM call.
 
         Raises:
-            RuntimeError: vLLM returned no log-probability for a requested yes/no id (never
+            LogprobTokenIdsIgnoredError: vLLM returned no log-probability for a requested yes/no id (never
                 happens with a vLLM that accepted ``logprob_token_ids``; a score from a
                 partial set would be silently different).
         """
@@ -186,8 +189,8 @@ class VLLMBackend:
             logprobs = {token_id: entry.logprob for token_id, entry in first.items()}
             try:
                 scores[k] = yes_probability_from_token_logprobs(logprobs, self.yes_no)
-            except KeyError as err:
-                raise RuntimeError(
+            except LogprobTokenIdsIgnoredError as err:
+                raise LogprobTokenIdsIgnoredError(
                     f"vLLM returned no log-probability for pair {k} ({err.args[0]}); got ids "
                     f"{sorted(logprobs)}."
                 ) from None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paco_reward.errors import YesNoTokenError
+from paco_reward.errors import InputTypeError, LogprobTokenIdsIgnoredError, YesNoTokenError
 
 YES_VARIANTS = ("Yes", "yes", "YES", " Yes", " yes", " YES")
 NO_VARIANTS = ("No", "no", "NO", " No", " no", " NO")
@@ -119,7 +119,7 @@ def yes_probability(
     """
     if tokens is None:
         if tokenizer is None:
-            raise TypeError(
+            raise InputTypeError(
                 "yes_probability needs a tokenizer or pre-resolved tokens=YesNoTokens(...)."
             )
         tokens = YesNoTokens.from_tokenizer(tokenizer, canonical=canonical_yes_no)
@@ -167,8 +167,9 @@ def yes_probability_from_token_logprobs(
     logprobs: Mapping[int, float], tokens: YesNoTokens
 ) -> float:
     """The same score from a ``{token id: log-probability}`` map holding (at least) every id
-    of ``tokens`` (what ``logprob_token_ids`` returns). Raises ``KeyError`` naming the ids
-    that are missing: a partial set of variants would be a silently different score.
+    of ``tokens`` (what ``logprob_token_ids`` returns). Raises
+    :class:`~paco_reward.errors.LogprobTokenIdsIgnoredError` naming the ids that are missing:
+    a partial set of variants would be a silently different score.
 
     >>> tokens = YesNoTokens(yes=(1,), no=(2,))
     >>> round(yes_probability_from_token_logprobs({1: -0.1, 2: -2.4, 7: -3.0}, tokens), 4)
@@ -176,7 +177,7 @@ def yes_probability_from_token_logprobs(
     """
     missing = [i for i in (*tokens.yes, *tokens.no) if i not in logprobs]
     if missing:
-        raise KeyError(f"no log-probability for the yes/no token ids {missing}")
+        raise LogprobTokenIdsIgnoredError(f"no log-probability for the yes/no token ids {missing}")
 
     def lse(ids: tuple[int, ...]) -> torch.Tensor:
         return torch.logsumexp(torch.tensor([logprobs[i] for i in ids], dtype=torch.float64), 0)

@@ -18,6 +18,7 @@ from paco_reward.cached_folder import (
     partial_folder,
     publish_folder,
 )
+from paco_reward.errors import InputError
 
 
 def test_a_build_is_reused_only_when_finished_under_its_key(tmp_path):
@@ -46,7 +47,7 @@ def test_a_build_is_reused_only_when_finished_under_its_key(tmp_path):
 
 def test_publishing_without_a_key_is_refused(tmp_path):
     work = partial_folder(tmp_path / "model")
-    with pytest.raises(ValueError, match="cache 'key'"):
+    with pytest.raises(InputError, match="cache 'key'"):
         publish_folder(work, tmp_path / "model", "info.json", {"seconds": 1.0})
 
 

@@ -78,3 +78,29 @@ def test_exit_codes_and_one_line_errors(tiny_model_dir, tmp_path, capsys):
         main(["score", str(tiny_model_dir), "a.png", "b.png", "--promt", "fox"])
     assert usage.value.code == 2
     assert "unrecognized arguments: --promt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["/nope", "./nope", "~/nope", "runs/evaluator/final"])
+def test_a_model_path_that_is_not_there_is_named_not_taken_for_a_hub_id(
+    model, tmp_path, monkeypatch, capsys
+):
+    """``paco-reward score /nope ...`` said "Repo id must use alphanumeric chars" (the hub's
+    validation of '/nope' as a repo id); it says that no model folder exists there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["score", model, "a.png", "b.png", "--prompt", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"paco-reward: error: No model folder exists at {model!r}")
+    assert f"{model!r} is not a hub id either" in err
+    assert "Repo id" not in err and "Traceback" not in err
+
+
+def test_a_missing_model_or_adapter_folder_is_a_path_not_found_error(tiny_model_dir, tmp_path):
+    from paco_reward import PacoReward, PathNotFoundError
+
+    missing = str(tmp_path / "no-such-model")
+    for backend in ("transformers", "vllm"):  # checked before vLLM is imported
+        with pytest.raises(PathNotFoundError, match="No model folder exists at") as info:
+            PacoReward.from_pretrained(missing, backend=backend)
+        assert isinstance(info.value, FileNotFoundError)
+    with pytest.raises(PathNotFoundError, match=r"No adapter folder exists at '\./lora'"):
+        PacoReward.from_pretrained(tiny_model_dir, adapter="./lora", device="cpu")

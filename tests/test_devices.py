@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from paco_reward.devices import default_device, local_process_index, resolve_device
+from paco_reward.errors import ConfigError, InputError, LaunchError
 
 
 @pytest.fixture
@@ -72,17 +73,17 @@ def test_one_visible_gpu_per_process_is_cuda_0(gpus, monkeypatch):
 def test_more_processes_than_gpus_fails_with_the_numbers(gpus, monkeypatch):
     gpus(4)
     monkeypatch.setenv("LOCAL_RANK", "6")
-    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=6 but this process sees only 4 CUDA"):
+    with pytest.raises(LaunchError, match=r"LOCAL_RANK=6 but this process sees only 4 CUDA"):
         default_device()
 
 
 def test_bad_inputs_are_named(gpus, monkeypatch):
     gpus(0)
     monkeypatch.setenv("LOCAL_RANK", "first")
-    with pytest.raises(ValueError, match=r"LOCAL_RANK='first' is not a process index"):
+    with pytest.raises(ConfigError, match=r"LOCAL_RANK='first' is not a process index"):
         local_process_index()
     monkeypatch.setenv("LOCAL_RANK", "0")
-    with pytest.raises(ValueError, match=r"device='gpu' is not a torch device"):
+    with pytest.raises(InputError, match=r"device='gpu' is not a torch device"):
         resolve_device("gpu")
 
 

@@ -52,12 +52,13 @@ SFT_RECIPES = {
     "recipes/paco_reward_7b_lora.yaml": ("Qwen2_5_VLForConditionalGeneration", 2, 144),
 }
 ANSWER_TOKENS = 256  # the planner's answer length (paco_reward.training.planning)
-GENERATORS = [
-    "black-forest-labs/FLUX.1-dev",
-    "stabilityai/stable-diffusion-3.5-large",
-    "Qwen/Qwen-Image",
-    "black-forest-labs/FLUX.2-klein-4B",
-]
+# the generators' real transformers this check shrinks -> their pipeline
+GENERATORS = {
+    "black-forest-labs/FLUX.1-dev": "flux",
+    "stabilityai/stable-diffusion-3.5-large": "sd3",
+    "Qwen/Qwen-Image": "qwen_image",
+    "black-forest-labs/FLUX.2-klein-4B": "flux2_klein",
+}
 
 
 def run_check(out: Path, *flags: str) -> tuple[dict, str]:
@@ -309,7 +310,7 @@ def test_shrunk_transformers_build_and_run(name):
 
     config = shrink_transformer(pipeline_configs(name)["transformer"], SCALE)
     model = build_empty(config)
-    out = _forward(model, config, 2, 16, 8, 0, torch.float32)()
+    out = _forward(model, GENERATORS[name], config, 2, 16, 8, 0, torch.float32)()
     assert out.shape[0] == 2 and out.device.type == "meta"
 
 

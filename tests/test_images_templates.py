@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from paco_reward.errors import InvalidImageError, PromptError
+from paco_reward.errors import ConfigError, InvalidImageError, PromptError
 from paco_reward.images import ImagePolicy, image_hash, load_image, resize_for_model
 from paco_reward.templates import (
     TEMPLATES,
@@ -61,7 +61,7 @@ def test_resize_policy_matches_qwen_smart_resize():
 def test_extreme_aspect_ratio_and_bad_policy():
     with pytest.raises(InvalidImageError, match=r"thin: a 5000x10 image has aspect ratio 500:1"):
         resize_for_model(Image.new("RGB", (5000, 10)), ImagePolicy(), name="thin")
-    with pytest.raises(ValueError, match="min_pixels"):
+    with pytest.raises(ConfigError, match="min_pixels"):
         ImagePolicy(min_pixels=10, max_pixels=5)
 
 

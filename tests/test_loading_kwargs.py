@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from paco_reward import PacoReward
+from paco_reward.errors import ConfigError, InputError, InputTypeError
 
 HUB = {
     "revision": "main",
@@ -141,21 +142,23 @@ def test_adapter_gets_where_to_find_files_and_its_own_revision(
 def test_unknown_and_misplaced_loading_arguments_raise_naming_them(tiny_model_dir):
     from paco_reward.local_backend import LocalBackend
 
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['revison'\]"):
+    with pytest.raises(InputTypeError, match=r"unexpected keyword argument\(s\) \['revison'\]"):
         PacoReward.from_pretrained(tiny_model_dir, revison="main")
     with pytest.raises(TypeError, match="revison"):
         LocalBackend.from_pretrained(tiny_model_dir, revison="main")
-    with pytest.raises(TypeError, match=r"model_kwargs must not set \['revision'\]; use revision="):
+    with pytest.raises(
+        InputTypeError, match=r"model_kwargs must not set \['revision'\]; use revision="
+    ):
         PacoReward.from_pretrained(tiny_model_dir, model_kwargs={"revision": "main"})
-    with pytest.raises(TypeError, match=r"must not set \['torch_dtype'\]; use dtype="):
+    with pytest.raises(InputTypeError, match=r"must not set \['torch_dtype'\]; use dtype="):
         PacoReward.from_pretrained(tiny_model_dir, model_kwargs={"torch_dtype": torch.float16})
     with pytest.raises(TypeError, match="not_an_argument"):  # transformers names it
         PacoReward.from_pretrained(tiny_model_dir, model_kwargs={"not_an_argument": 1})
-    with pytest.raises(TypeError, match=r"adapter_kwargs has unknown key\(s\) \['adaptr'\]"):
+    with pytest.raises(InputTypeError, match=r"adapter_kwargs has unknown key\(s\) \['adaptr'\]"):
         PacoReward.from_pretrained(tiny_model_dir, adapter_kwargs={"adaptr": "x"})
-    with pytest.raises(TypeError, match="model_kwargs must be a mapping"):
+    with pytest.raises(InputTypeError, match="model_kwargs must be a mapping"):
         PacoReward.from_pretrained(tiny_model_dir, model_kwargs=["low_cpu_mem_usage"])
-    with pytest.raises(ValueError, match="Give device= .* or device_map= .* not both"):
+    with pytest.raises(InputError, match="Give device= .* or device_map= .* not both"):
         PacoReward.from_pretrained(tiny_model_dir, device="cpu", device_map="cpu")
 
 
@@ -182,9 +185,9 @@ def test_vllm_backend_gets_the_hub_arguments_under_its_names(tiny_model_dir, mon
     (kwargs,) = calls
     assert kwargs["revision"] == "v1" and kwargs["download_dir"] == "/data/hf"
     assert kwargs["trust_remote_code"] is True and kwargs["gpu_memory_utilization"] == 0.5
-    with pytest.raises(ValueError, match=r"does not take \['device_map', 'token'\].*HF_TOKEN"):
+    with pytest.raises(InputError, match=r"does not take \['device_map', 'token'\].*HF_TOKEN"):
         PacoReward.from_pretrained(tiny_model_dir, backend="vllm", device_map="auto", token="t")
-    with pytest.raises(TypeError, match="cache_dir='/a' and download_dir='/b'"):
+    with pytest.raises(InputTypeError, match="cache_dir='/a' and download_dir='/b'"):
         PacoReward.from_pretrained(
             tiny_model_dir, backend="vllm", cache_dir="/a", download_dir="/b"
         )
@@ -249,9 +252,9 @@ def test_sft_model_init_kwargs_are_checked_at_start_up(tmp_path, tiny_model_dir,
     from paco_reward.training import PacoSFTConfig
     from paco_reward.training.loading import model_init_kwargs
 
-    with pytest.raises(ValueError, match=r"must not set \['dtype'\]; use the model_dtype field"):
+    with pytest.raises(ConfigError, match=r"must not set \['dtype'\]; use the model_dtype field"):
         _sft_config(tmp_path, tiny_model_dir, model_init_kwargs={"dtype": "bfloat16"})
-    with pytest.raises(ValueError, match="use the attn_implementation field"):
+    with pytest.raises(ConfigError, match="use the attn_implementation field"):
         _sft_config(tmp_path, tiny_model_dir, model_init_kwargs={"attn_implementation": "sdpa"})
     # A JSON string (the command line) is read as the mapping, as in trl.
     cfg = _sft_config(tmp_path, tiny_model_dir, model_init_kwargs='{"revision": "v1"}')
@@ -306,9 +309,9 @@ def test_grpo_pipeline_loader_forwards_model_init_kwargs(tmp_path, monkeypatch):
 
 
 def test_grpo_model_init_kwargs_are_checked_at_start_up():
-    with pytest.raises(ValueError, match=r"model_init_kwargs has unknown key\(s\) \['revison'\]"):
+    with pytest.raises(ConfigError, match=r"model_init_kwargs has unknown key\(s\) \['revison'\]"):
         _grpo_config("tiny", model_init_kwargs={"revison": "main"})
-    with pytest.raises(ValueError, match=r"must not set \['torch_dtype'\]; use the dtype field"):
+    with pytest.raises(ConfigError, match=r"must not set \['torch_dtype'\]; use the dtype field"):
         _grpo_config("tiny", model_init_kwargs={"torch_dtype": "bfloat16"})
     assert _grpo_config("tiny", model_init_kwargs={"variant": "bf16"}).model_init_kwargs == {
         "variant": "bf16"

@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from paco_reward import InvalidImageError, LayoutError, PromptError, YesNoTokenError
+from paco_reward.errors import InputTypeError
 
 
 def test_corrupt_image_file_is_named(tiny_reward, random_images, tmp_path):
@@ -84,7 +85,7 @@ def test_unknown_template(tiny_reward, random_images):
 
 def test_malformed_pairs(tiny_reward, random_images):
     (a,) = random_images(1)
-    with pytest.raises(TypeError, match=r"pairs\[0\] must be"):
+    with pytest.raises(InputTypeError, match=r"pairs\[0\] must be"):
         tiny_reward.score_pairs([a])
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from paco_reward import PacoReward
+from paco_reward.errors import ConfigError
 from paco_reward.testing.standin import (
     DescribeCollator,
     StandInConfig,
@@ -63,7 +64,7 @@ def test_clause_accuracy_counts_clauses_in_place():
     ],
 )
 def test_config_validation(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         StandInConfig(**kwargs)
 
 

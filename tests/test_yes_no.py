@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from paco_reward.errors import InputTypeError, LogprobTokenIdsIgnoredError
 from paco_reward.yes_no import (
     YesNoTokens,
     yes_probability,
@@ -43,7 +44,7 @@ def test_tokens_from_tiny_tokenizer(tiny_reward):
 
 
 def test_yes_probability_needs_tokens_or_tokenizer():
-    with pytest.raises(TypeError, match="needs a tokenizer"):
+    with pytest.raises(InputTypeError, match="needs a tokenizer"):
         yes_probability(torch.zeros(3))
 
 
@@ -77,7 +78,7 @@ def test_token_logprobs_give_the_probability_ratio_and_refuse_a_partial_set():
         float(expected), abs=1e-12
     )
     del logprobs[4]
-    with pytest.raises(KeyError, match=r"\[4\]"):
+    with pytest.raises(LogprobTokenIdsIgnoredError, match=r"\[4\]"):
         yes_probability_from_token_logprobs(logprobs, tokens)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
-from paco_reward.errors import ConfigError
+from paco_reward.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +45,10 @@ def shown(value: object, limit: int = ECHO_LIMIT) -> str:
 
 
 def check_annotator(name: str) -> str:
-    """``name`` if it is a valid annotator id, else ``ValueError`` naming the rule."""
+    """``name`` if it is a valid annotator id, else :class:`~paco_reward.errors.InputError` (a
+    ``ValueError``) naming the rule."""
     if not isinstance(name, str) or not ANNOTATOR_PATTERN.fullmatch(name):
-        raise ValueError(f"annotator name {shown(name)} is not allowed; use {ANNOTATOR_RULE}.")
+        raise InputError(f"annotator name {shown(name)} is not allowed; use {ANNOTATOR_RULE}.")
     return name
 
 
@@ -127,20 +128,23 @@ class AnnotateConfig:
     def __post_init__(self) -> None:
         self.work_dir = Path(self.work_dir)
         if not self.work_dir.is_dir():
-            raise ValueError(
+            raise ConfigError(
                 f"work folder {str(self.work_dir)!r} does not exist; give the folder the "
                 "pipeline's stages write to (the one with instances.jsonl)."
             )
         if self.annotator is not None:
-            check_annotator(self.annotator)
+            try:
+                check_annotator(self.annotator)
+            except InputError as err:
+                raise ConfigError(str(err)) from None
         if not 0 < self.port < 65536:
-            raise ValueError(f"port must be in 1..65535; got {self.port}.")
+            raise ConfigError(f"port must be in 1..65535; got {self.port}.")
         if not self.host:
-            raise ValueError("host must not be empty; use 127.0.0.1 (this machine only).")
+            raise ConfigError("host must not be empty; use 127.0.0.1 (this machine only).")
         if self.key is None and self.key_env:
             self.key = os.environ.get(self.key_env) or None
         if self.key is not None and len(self.key) < MIN_KEY_LENGTH:
-            raise ValueError(
+            raise ConfigError(
                 f"the shared key must have at least {MIN_KEY_LENGTH} characters; got "
                 f"{len(self.key)}. Pick a longer one (e.g. `openssl rand -hex 16`)."
             )
@@ -149,7 +153,7 @@ class AnnotateConfig:
                 f"request_timeout must be a positive number of seconds; got {self.request_timeout}."
             )
         if self.log_level not in ("debug", "info", "warning", "error"):
-            raise ValueError(
+            raise ConfigError(
                 f"log_level must be 'debug', 'info', 'warning' or 'error'; got {self.log_level!r}."
             )
         if not is_loopback(self.host) and self.key is None:

@@ -35,6 +35,8 @@ api = APIRouter(prefix="/api")
 
 
 class UnauthorizedError(AnnotateError):
+    """A request without the shared key or a valid session cookie (HTTP 401)."""
+
     status, code = 401, "bad_key"
 
 

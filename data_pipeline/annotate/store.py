@@ -74,30 +74,45 @@ class AnnotateError(DataPipelineError):
 
 
 class NoInstancesError(AnnotateError):
+    """The work folder holds no instance to rank: no or an empty ``instances.jsonl`` (HTTP 404)."""
+
     status, code = 404, "no_instances"
 
 
 class UnreadableWorkFolderError(AnnotateError):
+    """A file of the work folder (instances, rankings, annotations) cannot be read or no
+    longer fits the others (HTTP 409); the message says which stage to re-run."""
+
     status, code = 409, "unreadable_work_folder"
 
 
 class NotFoundError(AnnotateError):
+    """No instance, or no panel of an instance, has the requested id (HTTP 404)."""
+
     status, code = 404, "not_found"
 
 
 class MissingPanelError(AnnotateError):
+    """A panel an instance names has no image inside the work folder (HTTP 404)."""
+
     status, code = 404, "missing_panel"
 
 
 class StaleInstanceError(AnnotateError):
+    """A ranking for an instance that is no longer in ``instances.jsonl`` (HTTP 409): reload."""
+
     status, code = 409, "stale_instance"
 
 
 class AlreadyRankedError(AnnotateError):
+    """The annotator has already ranked this instance (HTTP 409)."""
+
     status, code = 409, "already_ranked"
 
 
 class InvalidRankingError(AnnotateError):
+    """A submitted ranking does not place each candidate of its instance once (HTTP 400)."""
+
     status, code = 400, "invalid_ranking"
 
 

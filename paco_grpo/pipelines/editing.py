@@ -1,20 +1,19 @@
 """What the editing policies share: reference images resized to an area, editing prompt
-items, and :class:`EditGRPOSampler`, the sampling structure of FLUX.1-Kontext
-(:mod:`paco_grpo.pipelines.flux_kontext`) and Qwen-Image-Edit
-(:mod:`paco_grpo.pipelines.qwen_image_edit`).
+items, and :class:`EditGRPOSampler`, what an editing sampler adds to its model's
+text-to-image one (FLUX.1-Kontext: :mod:`paco_grpo.pipelines.flux_kontext`; Qwen-Image-Edit:
+:mod:`paco_grpo.pipelines.qwen_image_edit`; Qwen-Image-Edit-Plus, several references:
+:mod:`paco_grpo.pipelines.qwen_image_edit_plus`).
 
-An editing policy denoises the target latents while attending to the reference image's
+An editing policy denoises the target latents while attending to the reference images'
 packed VAE latents, which are appended to the image tokens at every step (and cut off
-the prediction again). The samplers read like their diffusers pipelines (check inputs ->
-preprocess reference -> encode prompt -> prepare latents -> timesteps -> denoising loop ->
-decode), reuse the pipelines' own ``encode_prompt``, VAE encoding, latent packing,
-decoding and scheduler config, and share the denoising loop of the text-to-image samplers
-(:func:`paco_grpo.pipelines.sampling.sde_denoise`), so with ``noise_level = 0`` they return
-what diffusers returns for the same seed.
+the prediction again). The samplers run the one sampling loop of
+:class:`~paco_grpo.pipelines.sampling.GRPOSampler` and reuse the pipelines' own
+``encode_prompt``, VAE encoding, latent packing, decoding and scheduler config, so with
+``noise_level = 0`` they return what diffusers returns for the same seed.
 
 Reference images are resized preserving their aspect ratio to a target *area*
 (:func:`area_preserving_size`; the trainer uses ``resolution**2``) and the edited image
-has the reference's size.
+has the (first) reference's size.
 """
 
 from __future__ import annotations
@@ -23,26 +22,18 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from PIL import Image
 
-from paco_grpo.data import PromptItem
-from paco_grpo.pipelines.sampling import (
-    GRPOSampler,
-    SampleOutput,
-    check_sampling_inputs,
-    sde_denoise,
-)
-from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
-from paco_grpo.timesteps import flux_schedule
+from paco_grpo.data import PromptItem, edit_references, references_hash
+from paco_grpo.pipelines.sampling import GRPOSampler
+from paco_reward.errors import InputError
 from paco_reward.images import ImageInput, image_hash, load_image
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "EditConditioning",
     "EditGRPOSampler",
     "area_preserving_size",
     "prepare_edit_items",
@@ -62,7 +53,7 @@ def area_preserving_size(width: int, height: int, area: int, multiple: int) -> t
         (64, 64)
     """
     if width < 1 or height < 1 or area < 1 or multiple < 1:
-        raise ValueError(
+        raise InputError(
             f"width, height, area and multiple must be >= 1; got {width}, {height}, {area}, "
             f"{multiple}."
         )
@@ -89,14 +80,16 @@ def resize_to_area(image: ImageInput, area: int, multiple: int = 16) -> Image.Im
 def prepare_edit_items(
     items: Sequence[PromptItem], areas: int | Sequence[int], multiple: int = 16
 ) -> list[PromptItem]:
-    """Editing items ready for sampling: ``metadata["source_image"]`` becomes the reference
-    resized with :func:`resize_to_area` (what the policy edits, and what editing rewards such
-    as ``edit_consistency`` compare the edit with), ``metadata["source_image_hash"]`` the
-    :func:`paco_reward.images.image_hash` of the original image (the GRPO group key with the
-    prompt id).
+    """Editing items ready for sampling: each reference (:func:`paco_grpo.data.edit_references`:
+    ``metadata["source_images"]``, or the one ``metadata["source_image"]``) resized with
+    :func:`resize_to_area` into ``metadata["source_images"]``, the first of them also
+    ``metadata["source_image"]`` (what the policy edits, whose size the edit has, and what
+    editing rewards such as ``edit_consistency`` compare the edit with), and
+    ``metadata["source_image_hash"]`` the :func:`paco_grpo.data.references_hash` of the
+    originals (the GRPO group key with the prompt id).
 
     Args:
-        items: prompt items with ``metadata["source_image"]`` (the parquet loader's output).
+        items: prompt items with their references (the parquet loader's output).
         areas: target area in pixels, one for all items or one per item.
         multiple: image sides are rounded to multiples of this.
 
@@ -108,68 +101,48 @@ def prepare_edit_items(
         >>> prepare_edit_items([item], 32 * 32)[0].metadata["source_image"].size
         (48, 16)
     """
-    from paco_reward.errors import PromptError
-
     if isinstance(areas, int):
         areas = [areas] * len(items)
     out = []
     for item, area in zip(items, areas):
-        source = item.metadata.get("source_image")
-        if source is None:
-            raise PromptError(
-                f"prompt item {item.id!r} has no metadata['source_image']; editing pipelines need "
-                "(prompt, image) parquet prompt data."
-            )
-        source = load_image(source, f"item {item.id!r} source_image")
+        originals = [
+            load_image(image, f"item {item.id!r} reference {k}")
+            for k, image in enumerate(edit_references(item))
+        ]
+        resized = [resize_to_area(image, area, multiple) for image in originals]
         metadata = {
             **item.metadata,
-            "source_image": resize_to_area(source, area, multiple),
-            "source_image_hash": item.metadata.get("source_image_hash") or image_hash(source),
+            "source_image": resized[0],
+            "source_images": resized,
+            "source_image_hash": item.metadata.get("source_image_hash")
+            or references_hash(originals),
         }
         out.append(dataclasses.replace(item, metadata=metadata))
     return out
 
 
 # ====================================================================== samplers
-@dataclass
-class EditConditioning:
-    """Everything one batch of edits is conditioned on.
-
-    Attributes:
-        prompt_embeds: text(+image) encoder tokens ``(B, L, D)``.
-        image_latents: the references' packed VAE latents ``(B, seq_ref, C)``.
-        extras: model-specific conditioning (the text embeddings and position ids for
-            Kontext; a :class:`~paco_grpo.pipelines.qwen_image.QwenImageConditioning` for
-            Qwen-Image-Edit).
-    """
-
-    prompt_embeds: torch.Tensor
-    image_latents: torch.Tensor
-    extras: dict
-
-
 class EditGRPOSampler(GRPOSampler):
-    """Shared structure of the editing samplers; subclasses fill in the model-specific hooks
-    :meth:`condition`, :meth:`prepare_noise`, :meth:`velocity` and :meth:`decode`.
+    """What an editing sampler adds to its model's text-to-image one: reference images.
 
-    Args:
-        pipe: the diffusers editing pipeline (its transformer may carry a peft LoRA).
-        max_sequence_length: text tokens per prompt (T5 for Kontext; unused by Qwen).
+    An editing model derives from this class and from its text-to-image sampler (so the
+    text encoding, the transformer call and the decoding are those), e.g.
+    ``class KontextGRPOSampler(EditGRPOSampler, FluxGRPOSampler)``, and fills in
+    :meth:`encode_reference` (one reference through the pipeline's VAE, packed) and its
+    ``condition`` (the text-to-image conditioning plus the references' latents and
+    positions). The references are loaded and resized to the call's ``area`` first (the
+    output has the first reference's size); their packed latents are appended to the image
+    tokens at every step (:meth:`model_input`) and cut off the prediction again.
 
-    Encodings are cached: prompts per text (or per (text, image) for Qwen-Image-Edit,
-    whose text encoder sees the image), reference latents per (image hash, size).
+    Its arguments are the text-to-image sampler's (``pipe``, ``max_sequence_length``, ...).
+    Encodings are cached: prompts per text (or per (text, references) where the text
+    encoder sees the images), reference latents per (image hash, size).
     """
 
-    def __init__(self, pipe, max_sequence_length: int = 512) -> None:
-        super().__init__(pipe, max_sequence_length)
-        self._prompt_cache: dict = {}
-        self._image_cache: dict = {}
+    max_references: int | None = 1
+    """References per edit the model takes (``None``: any number)."""
 
-    def clear_cache(self) -> None:
-        self._prompt_cache.clear()
-        self._image_cache.clear()
-
-    # ------------------------------------------------------------------ building blocks
+    # ------------------------------------------------------------------ references
     def reference_size(self, image: Image.Image, area: int | None) -> tuple[int, int]:
         """``(height, width)`` a reference is resized to (``area=None``: its own size, floored
         to :attr:`size_multiple`)."""
@@ -179,160 +152,72 @@ class EditGRPOSampler(GRPOSampler):
         w, h = area_preserving_size(image.width, image.height, area, m)
         return h, w
 
-    def preprocess(self, images: Sequence[Image.Image], height: int, width: int) -> list:
-        """Resize references with the pipeline's own image processor (as diffusers does)."""
-        return [self.pipe.image_processor.resize(im, height, width) for im in images]
+    def check_references(self, images, count: int) -> list[list[Image.Image]]:
+        """Per prompt, its references loaded as PIL images (one image or a list of them)."""
+        if images is None:
+            raise InputError(f"{type(self).__name__} edits reference images: pass one per prompt.")
+        if len(images) != count:
+            raise InputError(
+                f"Got {count} prompts but {len(images)} reference images; pass one reference "
+                "image (or list of them) per prompt."
+            )
+        references = []
+        for k, item in enumerate(images):
+            refs = list(item) if isinstance(item, (list, tuple)) else [item]
+            if not refs or (self.max_references is not None and len(refs) > self.max_references):
+                most = self.max_references
+                allowed = "one or more" if most is None else "one" if most == 1 else f"1 to {most}"
+                raise InputError(
+                    f"images[{k}] holds {len(refs)} reference images; {type(self).__name__} "
+                    f"edits from {allowed} per prompt."
+                )
+            references.append([load_image(im, f"images[{k}]") for im in refs])
+        return references
 
-    @torch.no_grad()
-    def encode_references(
-        self, images: Sequence[Image.Image], device=None, dtype=None
-    ) -> torch.Tensor:
-        """Packed reference latents ``(B, seq_ref, C)``, VAE-encoded once per distinct image."""
-        device = device or self.pipe._execution_device
-        dtype = dtype or self.pipe.vae.dtype
-        keys = [(image_hash(im), im.size) for im in images]
-        for key, im in zip(keys, images):
-            if key not in self._image_cache:
-                pixels = self.pipe.image_processor.preprocess(im, im.height, im.width)
-                self._image_cache[key] = self._encode_reference(pixels.to(device, dtype))[0]
-        return torch.stack([self._image_cache[k] for k in keys]).to(device)
+    def check_inputs(self, prompts, images, height, width, area):
+        """The references resized to ``area`` (the pipeline's own resize) and the output
+        size: the first references' (they must resize to one size)."""
+        references = self.check_references(images, len(prompts))
+        sizes = [[self.reference_size(im, area) for im in refs] for refs in references]
+        firsts = {s[0] for s in sizes}
+        if len(firsts) != 1:
+            raise InputError(
+                f"The references resize to different sizes {sorted(firsts)}; sample references "
+                "of one size (aspect ratio) per call."
+            )
+        resize = self.pipe.image_processor.resize
+        references = [
+            [resize(im, h, w) for im, (h, w) in zip(refs, ref_sizes)]
+            for refs, ref_sizes in zip(references, sizes)
+        ]
+        ref_height, ref_width = firsts.pop()
+        return references, height or ref_height, width or ref_width
 
-    # ------------------------------------------------------------------ model-specific hooks
-    def _encode_reference(self, pixels: torch.Tensor) -> torch.Tensor:
+    def prepare_latents(self, batch, height, width, cond, device, generator, latents=None):
+        """The editing pipelines' noise draw (their ``prepare_latents`` without an image)."""
+        channels = self.pipe.transformer.config.in_channels // 4
+        dtype = cond.prompt_embeds.dtype
+        return self.pipe.prepare_latents(
+            None, batch, channels, height, width, dtype, device, generator, latents
+        )[0]
+
+    def encode_reference(self, pixels: torch.Tensor) -> torch.Tensor:
         """``(1, 3, H, W)`` pixels in [-1, 1] -> packed latents ``(1, seq_ref, C)``."""
         raise NotImplementedError
 
-    def condition(
-        self, prompts: Sequence[str], references: Sequence[Image.Image], height: int, width: int
-    ) -> EditConditioning:
-        """Encode prompts and (already resized) references for output size ``height x width``."""
-        raise NotImplementedError
-
-    def prepare_noise(
-        self, batch: int, height: int, width: int, dtype, device, generator, latents
-    ) -> torch.Tensor:
-        """Packed initial noise ``(B, seq, C)`` drawn as the diffusers pipeline draws it."""
-        raise NotImplementedError
-
-    def velocity(
-        self,
-        transformer,
-        latents: torch.Tensor,
-        timestep: torch.Tensor,
-        cond: EditConditioning,
-        guidance_scale: float,
-    ) -> torch.Tensor:
-        """The (guided) velocity of the target tokens ``latents`` given ``cond``."""
-        raise NotImplementedError
-
-    def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Packed latents -> images ``(B, 3, H, W)`` in [0, 1]."""
-        raise NotImplementedError
-
-    def transition_velocity(
-        self,
-        transformer,
-        latents,
-        timestep,
-        prompts,
-        height,
-        width,
-        guidance_scale,
-        references=None,
-    ) -> torch.Tensor:
-        """The velocity at recorded ``latents`` of edits of ``references`` (see
-        :meth:`GRPOSampler.transition_velocity`)."""
-        if references is None:
-            raise ValueError("an editing sampler re-scores edits: pass the reference images.")
-        cond = self.condition(prompts, references, height, width)
-        return self.velocity(transformer, latents, timestep, cond, guidance_scale)
-
-    # ------------------------------------------------------------------ sampling
     @torch.no_grad()
-    def __call__(
-        self,
-        prompts: Sequence[str],
-        images: Sequence[ImageInput],
-        area: int | None = None,
-        height: int | None = None,
-        width: int | None = None,
-        num_steps: int = 8,
-        guidance_scale: float = 2.5,
-        noise_level: float = 0.9,
-        noise_steps: Sequence[int] = (1,),
-        generator: torch.Generator | None = None,
-        latents: torch.Tensor | None = None,
-        transformer=None,
-        output_type: str = "pt",
-        scheduler: FlowGRPOScheduler | None = None,
-    ) -> SampleOutput:
-        """Edit ``images[k]`` following ``prompts[k]``, one output per pair.
-
-        Args:
-            prompts: one edit instruction per output.
-            images: one reference image per output (PIL, path, array or tensor). All must
-                resize to the same size; the output has that size.
-            area: resize each reference, preserving its aspect ratio, to about this many
-                pixels (``None``: keep its size, floored to :attr:`size_multiple`).
-            height / width: output size; default the resized reference's size (what the
-                trainer uses).
-            num_steps: denoising steps.
-            guidance_scale: Kontext's embedded guidance / Qwen-Image's true-CFG scale.
-            noise_level: ``a`` of the SDE steps.
-            noise_steps: step indices that take the SDE step (recorded); empty = ODE.
-            generator: seeds the initial latents and then the SDE noise.
-            latents: optional packed initial latents.
-            transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
-            output_type: ``"pt"`` (decoded images) or ``"latent"``.
-            scheduler: the stochastic step (SDE or CPS); default Flow-GRPO's SDE.
-        """
-        transformer = transformer if transformer is not None else self.pipe.transformer
-        # 1. Check inputs
-        if len(images) != len(prompts):
-            raise ValueError(
-                f"Got {len(prompts)} prompts but {len(images)} reference images; pass one "
-                "reference image per prompt."
-            )
-        if not prompts:
-            raise ValueError("prompts is empty; pass at least one (prompt, image) pair.")
-        refs = [load_image(im, f"images[{k}]") for k, im in enumerate(images)]
-        sizes = {self.reference_size(im, area) for im in refs}
-        if len(sizes) != 1:
-            raise ValueError(
-                f"The references resize to different sizes {sorted(sizes)}; sample references "
-                "of one size (aspect ratio) per call."
-            )
-        ref_height, ref_width = sizes.pop()
-        height, width = height or ref_height, width or ref_width
-        noise_steps = check_sampling_inputs(
-            height, width, self.size_multiple, num_steps, noise_steps, output_type
-        )
-        device = self.pipe._execution_device
-
-        # 2. Preprocess the references; 3. encode prompts and references (cached)
-        refs = self.preprocess(refs, ref_height, ref_width)
-        cond = self.condition(prompts, refs, height, width)
-
-        # 4. Prepare latents (diffusers' own noise draw)
-        latents = self.prepare_noise(
-            len(prompts), height, width, cond.prompt_embeds.dtype, device, generator, latents
-        )
-
-        # 5. Timesteps (resolution-shifted, from the pipeline's scheduler config)
-        schedule = flux_schedule(self.pipe.scheduler, num_steps, latents.shape[1], device=device)
-
-        # 6. Denoising loop (shared with the text-to-image sampler)
-        out = sde_denoise(
-            lambda x, t: self.velocity(transformer, x, t, cond, guidance_scale),
-            latents,
-            schedule,
-            noise_level,
-            noise_steps,
-            generator,
-            scheduler,
-        )
-
-        # 7. Decode
-        if output_type != "latent":
-            out.images = self.decode(out.latents, height, width)
-        return out
+    def encode_references(
+        self, references: Sequence[Sequence[Image.Image]], device=None, dtype=None
+    ) -> torch.Tensor:
+        """Per prompt, its references' packed latents one after the other
+        ``(B, seq_ref, C)``; each distinct image is VAE-encoded once."""
+        device = device or self.pipe._execution_device
+        dtype = dtype or self.pipe.vae.dtype
+        keys = [[(image_hash(im), im.size) for im in refs] for refs in references]
+        for item_keys, refs in zip(keys, references):
+            for key, im in zip(item_keys, refs):
+                if key not in self._image_cache:
+                    pixels = self.pipe.image_processor.preprocess(im, im.height, im.width)
+                    self._image_cache[key] = self.encode_reference(pixels.to(device, dtype))[0]
+        latents = [torch.cat([self._image_cache[k] for k in item_keys]) for item_keys in keys]
+        return torch.stack(latents).to(device)

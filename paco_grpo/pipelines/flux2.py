@@ -21,25 +21,43 @@ what the diffusers pipeline returns for the same seed.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from paco_grpo.pipelines.registry import PipelineSpec, register_pipeline
-from paco_grpo.pipelines.sampling import (
-    GRPOSampler,
-    SampleOutput,
-    check_sampling_inputs,
-    sde_denoise,
+from paco_grpo.pipelines.registry import (
+    JOINT_ATTENTION_LORA_TARGETS,
+    PipelineSpec,
+    register_pipeline,
 )
-from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
+from paco_grpo.pipelines.sampling import GRPOSampler, stack_texts
 from paco_grpo.timesteps import FluxSchedule, flux_schedule
 
-logger = logging.getLogger(__name__)
+__all__ = ["FLUX2_LORA_TARGETS", "Flux2Conditioning", "Flux2GRPOSampler"]
 
-__all__ = ["Flux2Conditioning", "Flux2GRPOSampler"]
+# FLUX.2's double-stream projections (feed-forwards named linear_in / linear_out) and the
+# single-stream blocks' fused QKV + MLP input projection (FLUX.1's single blocks had
+# attn.to_q/k/v).
+FLUX2_LORA_TARGETS = (
+    *JOINT_ATTENTION_LORA_TARGETS,
+    "ff.linear_in",
+    "ff.linear_out",
+    "ff_context.linear_in",
+    "ff_context.linear_out",
+    "attn.to_qkv_mlp_proj",
+)
+# FLUX.2's scheduler config: dynamic shifting, with ``mu`` from the pipeline's
+# ``compute_empirical_mu`` (the base/max shift entries are not read).
+FLUX2_SCHEDULER_CONFIG = {
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "max_image_seq_len": 4096,
+    "max_shift": 1.15,
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "use_dynamic_shifting": True,
+}
 
 
 @dataclass
@@ -66,10 +84,11 @@ class Flux2GRPOSampler(GRPOSampler):
     Prompt encodings are cached per prompt text (the text encoder is frozen).
     """
 
+    default_guidance_scale = 4.0
+
     def __init__(self, pipe, max_sequence_length: int = 512, negative_prompt: str = "") -> None:
         super().__init__(pipe, max_sequence_length)
         self.negative_prompt = negative_prompt
-        self._cache: dict[str, torch.Tensor] = {}
 
     def true_cfg(self, guidance_scale: float) -> bool:
         """Whether a call with ``guidance_scale`` runs true CFG (a non-distilled klein, > 1),
@@ -77,22 +96,12 @@ class Flux2GRPOSampler(GRPOSampler):
         distilled = getattr(self.pipe.config, "is_distilled", None)
         return distilled is False and guidance_scale > 1
 
-    # ------------------------------------------------------------------ building blocks
-    @torch.no_grad()
-    def encode_prompts(self, prompts: Sequence[str], device=None) -> torch.Tensor:
-        """Text tokens ``(B, L, D)`` from the pipeline's ``encode_prompt``, once per text."""
-        device = device or self.pipe._execution_device
-        # One text at a time, so a prompt's encoding does not depend on its batch.
-        for p in dict.fromkeys(prompts):
-            if p not in self._cache:
-                embeds, _ = self.pipe.encode_prompt(
-                    prompt=[p], device=device, max_sequence_length=self.max_sequence_length
-                )
-                self._cache[p] = embeds[0]
-        return torch.stack([self._cache[p] for p in prompts]).to(device)
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
+    def encode_text(self, prompt, device, references=None) -> tuple[torch.Tensor]:
+        """The text tokens of ``prompt`` (three text-encoder layers stacked in the width)."""
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=[prompt], device=device, max_sequence_length=self.max_sequence_length
+        )
+        return (embeds[0],)
 
     def latent_ids(self, batch: int, height: int, width: int, device) -> torch.Tensor:
         """4-D (T, H, W, L) ids ``(B, h * w, 4)`` of the packed image tokens."""
@@ -100,13 +109,16 @@ class Flux2GRPOSampler(GRPOSampler):
         grid = torch.empty(1, 1, height // f, width // f)
         return self.pipe._prepare_latent_ids(grid).expand(batch, -1, -1).to(device)
 
-    def condition(self, prompts, height, width, guidance_scale, device=None) -> Flux2Conditioning:
+    def condition(
+        self, prompts, height, width, guidance_scale, references=None
+    ) -> Flux2Conditioning:
         """The conditioning of ``prompts`` at ``height x width`` as the pipeline builds it."""
-        device = device or self.pipe._execution_device
-        embeds = self.encode_prompts(prompts, device)
+        device = self.pipe._execution_device
+        embeds = stack_texts(self.encode_prompts(prompts, device), 0, device)
         negative = None
         if self.true_cfg(guidance_scale):
-            negative = self.encode_prompts([self.negative_prompt] * len(prompts), device)
+            negatives = self.encode_prompts([self.negative_prompt] * len(prompts), device)
+            negative = stack_texts(negatives, 0, device)
         return Flux2Conditioning(
             prompt_embeds=embeds,
             text_ids=self.pipe._prepare_text_ids(embeds).to(device),
@@ -114,23 +126,22 @@ class Flux2GRPOSampler(GRPOSampler):
             negative_prompt_embeds=negative,
         )
 
+    def prepare_latents(self, batch, height, width, cond, device, generator, latents=None):
+        channels = self.pipe.transformer.config.in_channels // 4
+        dtype = cond.prompt_embeds.dtype
+        return self.pipe.prepare_latents(
+            batch, channels, height, width, dtype, device, generator, latents
+        )[0]
+
     def schedule(self, height: int, width: int, num_steps: int, device=None) -> FluxSchedule:
         """FLUX.2's schedule: ``compute_empirical_mu`` of the token count and step count."""
         from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
-        f = self.size_multiple
-        seq = (height // f) * (width // f)
+        seq = self.image_seq_len(height, width)
         mu = compute_empirical_mu(image_seq_len=seq, num_steps=num_steps)
         return flux_schedule(self.pipe.scheduler, num_steps, seq, device=device, mu=mu)
 
-    def velocity(
-        self,
-        transformer,
-        latents: torch.Tensor,
-        timestep: torch.Tensor,
-        cond: Flux2Conditioning,
-        guidance_scale: float,
-    ) -> torch.Tensor:
+    def velocity(self, transformer, latents, timestep, cond: Flux2Conditioning, guidance_scale):
         """The (guided) velocity, called as the diffusers pipeline calls the transformer.
 
         ``timestep`` is in [0, 1000] (one value or one per sample).
@@ -162,20 +173,29 @@ class Flux2GRPOSampler(GRPOSampler):
             v = neg + guidance_scale * (v - neg)
         return v
 
-    def transition_velocity(
-        self,
-        transformer,
-        latents,
-        timestep,
-        prompts,
-        height,
-        width,
-        guidance_scale,
-        references=None,
-    ) -> torch.Tensor:
-        """The velocity at recorded ``latents`` (see :meth:`GRPOSampler.transition_velocity`)."""
-        cond = self.condition(prompts, height, width, guidance_scale, latents.device)
-        return self.velocity(transformer, latents, timestep, cond, guidance_scale)
+    @staticmethod
+    def text_shapes(config: dict[str, Any], max_sequence_length: int) -> list[tuple[int, ...]]:
+        """Three text-encoder layers' tokens, stacked in the width."""
+        return [(max_sequence_length, config["joint_attention_dim"])]
+
+    @staticmethod
+    def meta_inputs(config, batch, image_tokens, text_tokens, reference_tokens, dtype):
+        """``Flux2Transformer2DModel``'s arguments as :meth:`velocity` passes them (4-D
+        position ids, no pooled text)."""
+        meta = {"device": "meta", "dtype": dtype}
+        tokens = image_tokens + reference_tokens
+        guidance = torch.empty(batch, device="meta") if config.get("guidance_embeds") else None
+        return {
+            "hidden_states": torch.empty(batch, tokens, config["in_channels"], **meta),
+            "timestep": torch.empty(batch, **meta),
+            "guidance": guidance,
+            "encoder_hidden_states": torch.empty(
+                batch, text_tokens, config["joint_attention_dim"], **meta
+            ),  # fmt: skip
+            "txt_ids": torch.zeros(batch, text_tokens, 4, device="meta"),
+            "img_ids": torch.zeros(batch, tokens, 4, device="meta"),
+            "joint_attention_kwargs": {},
+        }
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -193,90 +213,30 @@ class Flux2GRPOSampler(GRPOSampler):
         image = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
         return pipe.image_processor.postprocess(image, output_type="pt")
 
-    # ------------------------------------------------------------------ sampling
-    @torch.no_grad()
-    def __call__(
-        self,
-        prompts: Sequence[str],
-        height: int = 512,
-        width: int = 512,
-        num_steps: int = 10,
-        guidance_scale: float = 4.0,
-        noise_level: float = 0.7,
-        noise_steps: Sequence[int] = (1,),
-        generator: torch.Generator | None = None,
-        latents: torch.Tensor | None = None,
-        transformer=None,
-        output_type: str = "pt",
-        scheduler: FlowGRPOScheduler | None = None,
-    ) -> SampleOutput:
-        """Sample one image per prompt (repeat a prompt for a group).
 
-        Args:
-            prompts: one prompt per image.
-            height / width: image size in pixels (multiples of ``2 * vae_scale_factor``).
-            num_steps: denoising steps.
-            guidance_scale: FLUX.2-dev's embedded guidance; klein's true-CFG scale (> 1 runs
-                CFG on non-distilled models; distilled models ignore it, as diffusers does).
-            noise_level: ``a`` of the SDE steps.
-            noise_steps: step indices that take the SDE step (and are recorded); every other
-                step is the Euler ODE step. Empty = plain ODE sampling.
-            generator: seeds the initial latents and then the SDE noise.
-            latents: optional initial latents ``(B, 4 * C, h, w)`` (patchified, unpacked).
-            transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
-            output_type: ``"pt"`` (decoded images) or ``"latent"``.
-            scheduler: the stochastic step (SDE or CPS); default Flow-GRPO's SDE.
-        """
-        pipe = self.pipe
-        transformer = transformer if transformer is not None else pipe.transformer
-        # 1. Check inputs
-        noise_steps = check_sampling_inputs(
-            height, width, self.size_multiple, num_steps, noise_steps, output_type
-        )
-        device = pipe._execution_device
-
-        # 2. Encode prompts (cached per prompt text; the negative one for true CFG)
-        cond = self.condition(prompts, height, width, guidance_scale, device)
-
-        # 3. Prepare latents (diffusers' own, same generator use as the pipeline)
-        latents, _ = pipe.prepare_latents(
-            len(prompts),
-            pipe.transformer.config.in_channels // 4,
-            height,
-            width,
-            cond.prompt_embeds.dtype,
-            device,
-            generator,
-            latents,
-        )
-
-        # 4. Timesteps (FLUX.2's empirical resolution- and step-dependent shift)
-        schedule = self.schedule(height, width, num_steps, device)
-
-        # 5. Denoising loop: Euler ODE steps, SDE steps at `noise_steps` (recorded)
-        out = sde_denoise(
-            lambda x, t: self.velocity(transformer, x, t, cond, guidance_scale),
-            latents,
-            schedule,
-            noise_level,
-            noise_steps,
-            generator,
-            scheduler,
-        )
-
-        # 6. Decode
-        if output_type != "latent":
-            out.images = self.decode(out.latents, height, width)
-        return out
-
-
-register_pipeline(PipelineSpec("flux2", Flux2GRPOSampler, "Flux2Pipeline"))
-register_pipeline(
-    PipelineSpec(
-        "flux2_klein",
-        Flux2GRPOSampler,
-        "Flux2KleinPipeline",
-        true_cfg=True,
-        config_kwargs=("max_sequence_length", "negative_prompt"),
-    )
-)
+# FLUX.2-dev: 32 B transformer, Mistral-Small-3.2-24B text encoder (with its vision tower).
+FLUX2_DEV_ARCHITECTURE = {
+    "transformer": "flux2_dev_transformer.json",
+    "vae": "flux2_vae.json",
+    "text_encoder": "mistral_small_3_2_24b.json",
+}
+# FLUX.2-klein 4B, step-distilled and base: one architecture, Qwen3-4B text encoder.
+FLUX2_KLEIN_4B_ARCHITECTURE = {
+    "transformer": "flux2_klein_4b_transformer.json",
+    "vae": "flux2_vae.json",
+    "text_encoder": "qwen3_4b.json",
+}
+register_pipeline(PipelineSpec(
+    "flux2", Flux2GRPOSampler, "Flux2Pipeline", lora_target_modules=FLUX2_LORA_TARGETS,
+    architectures={"black-forest-labs/FLUX.2-dev": FLUX2_DEV_ARCHITECTURE},
+    scheduler_config=FLUX2_SCHEDULER_CONFIG,
+    tiny_builder="paco_grpo.testing.flux2:build_tiny_flux2",
+))  # fmt: skip
+register_pipeline(PipelineSpec(
+    "flux2_klein", Flux2GRPOSampler, "Flux2KleinPipeline", true_cfg=True,
+    config_kwargs=("max_sequence_length", "negative_prompt"),
+    lora_target_modules=FLUX2_LORA_TARGETS, scheduler_config=FLUX2_SCHEDULER_CONFIG,
+    architectures={f"black-forest-labs/FLUX.2-klein-{variant}4B": FLUX2_KLEIN_4B_ARCHITECTURE
+                   for variant in ("", "base-")},
+    tiny_builder="paco_grpo.testing.flux2:build_tiny_flux2_klein",
+))  # fmt: skip

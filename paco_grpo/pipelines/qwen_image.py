@@ -1,18 +1,18 @@
 """Qwen-Image text-to-image: Flow-GRPO sampling on diffusers' ``QwenImagePipeline``.
 
-:class:`QwenImageGRPOSampler` reads like ``QwenImagePipeline.__call__`` (check inputs ->
-encode prompt -> prepare latents -> timesteps -> denoising loop -> decode) and reuses the
-pipeline's own ``encode_prompt`` (Qwen2.5-VL), ``prepare_latents`` (2x2 packing),
-scheduler config (the resolution shift ``calculate_shift`` of ``use_dynamic_shifting``) and
-VAE, so with ``noise_level = 0`` it returns what ``QwenImagePipeline`` returns for the same
-seed. ``guidance_scale`` is Qwen-Image's true classifier-free guidance scale
-(``true_cfg_scale``): above 1 each step also runs the transformer on ``negative_prompt``
-and takes ``neg + s * (cond - neg)`` rescaled to the conditional prediction's norm.
+:class:`QwenImageGRPOSampler` fills in the hooks of the one sampling loop
+(:class:`~paco_grpo.pipelines.sampling.GRPOSampler`) with the pipeline's own
+``encode_prompt`` (Qwen2.5-VL), ``prepare_latents`` (2x2 packing), scheduler config (the
+resolution shift ``calculate_shift`` of ``use_dynamic_shifting``) and VAE, so with
+``noise_level = 0`` it returns what ``QwenImagePipeline`` returns for the same seed.
+``guidance_scale`` is Qwen-Image's true classifier-free guidance scale (``true_cfg_scale``):
+above 1 each step also runs the transformer on ``negative_prompt`` and takes
+``neg + s * (cond - neg)`` rescaled to the conditional prediction's norm.
 
-The pieces Qwen-Image-Edit shares (:mod:`paco_grpo.pipelines.qwen_image_edit`) live here
-too: per-text encoder tokens padded into a batch (:func:`pad_prompt_embeds`), the
-transformer call with true CFG (:func:`qwen_image_velocity`) and the decoding
-(:func:`decode_qwen_image`).
+The editing models derive from it (:mod:`paco_grpo.pipelines.qwen_image_edit`,
+:mod:`~paco_grpo.pipelines.qwen_image_edit_plus`) and share its pieces: per-text encoder
+tokens padded into a batch (:func:`pad_prompt_embeds`), the transformer call with true CFG
+(:func:`qwen_image_velocity`) and the decoding (:func:`decode_qwen_image`).
 
     >>> from diffusers import QwenImagePipeline
     >>> pipe = QwenImagePipeline.from_pretrained("Qwen/Qwen-Image")         # doctest: +SKIP
@@ -28,29 +28,63 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from paco_grpo.pipelines.registry import PipelineSpec, register_pipeline
-from paco_grpo.pipelines.sampling import (
-    GRPOSampler,
-    SampleOutput,
-    check_sampling_inputs,
-    sde_denoise,
+from paco_grpo.pipelines.registry import (
+    JOINT_ATTENTION_LORA_TARGETS,
+    PipelineSpec,
+    register_pipeline,
 )
-from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
-from paco_grpo.timesteps import flux_schedule
+from paco_grpo.pipelines.sampling import GRPOSampler
+from paco_reward.errors import InputError
 
 __all__ = [
+    "QWEN_IMAGE_LORA_TARGETS",
     "QwenImageConditioning",
     "QwenImageGRPOSampler",
     "decode_qwen_image",
     "pad_prompt_embeds",
     "qwen_image_velocity",
+    "unpad_prompt_embeds",
 ]
 
 # QwenImagePipeline refuses longer text (its check_inputs).
 MAX_SEQUENCE_LENGTH = 1024
+# The joint-attention projections and the image / text MLPs (img_mlp / txt_mlp) of Qwen-Image's
+# dual-stream blocks.
+QWEN_IMAGE_LORA_TARGETS = (
+    *JOINT_ATTENTION_LORA_TARGETS,
+    "img_mlp.net.0.proj",
+    "img_mlp.net.2",
+    "txt_mlp.net.0.proj",
+    "txt_mlp.net.2",
+)
+# Qwen/Qwen-Image's (and Qwen/Qwen-Image-Edit's) scheduler/scheduler_config.json.
+QWEN_IMAGE_SCHEDULER_CONFIG = {
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "invert_sigmas": False,
+    "max_image_seq_len": 8192,
+    "max_shift": 0.9,
+    "num_train_timesteps": 1000,
+    "shift": 1.0,
+    "shift_terminal": 0.02,
+    "stochastic_sampling": False,
+    "time_shift_type": "exponential",
+    "use_beta_sigmas": False,
+    "use_dynamic_shifting": True,
+    "use_exponential_sigmas": False,
+    "use_karras_sigmas": False,
+}
+# Qwen-Image's components: its text encoder is Qwen2.5-VL-7B-Instruct, the evaluator's base
+# (shipped with paco_reward). The editing models (Qwen-Image-Edit, -2509) have the same.
+QWEN_IMAGE_ARCHITECTURE = {
+    "transformer": "qwen_image_transformer.json",
+    "vae": "qwen_image_vae.json",
+    "text_encoder": "reward:qwen2_5_vl_7b.json",
+}
 
 
 # ====================================================================== shared with the edit model
@@ -64,7 +98,8 @@ class QwenImageConditioning:
             ``QwenImagePipeline.encode_prompt`` returns it).
         negative_prompt_embeds / negative_mask: the same for the negative prompt of true CFG.
         img_shapes: per sample, ``(frames, rows, columns)`` of each image's latent token grid
-            (the target's, then an edit's reference): the transformer's image positions.
+            (the target's, then an edit's references): the transformer's image positions.
+        image_latents: an edit's packed reference latents ``(B, seq_ref, C)``, else ``None``.
     """
 
     prompt_embeds: torch.Tensor
@@ -72,6 +107,7 @@ class QwenImageConditioning:
     negative_prompt_embeds: torch.Tensor
     negative_mask: torch.Tensor | None
     img_shapes: list
+    image_latents: torch.Tensor | None = None
 
 
 def pad_prompt_embeds(
@@ -192,159 +228,106 @@ class QwenImageGRPOSampler(GRPOSampler):
     Prompt encodings are cached per prompt text (the text encoder is frozen).
     """
 
+    default_guidance_scale = 4.0
+
     def __init__(self, pipe, max_sequence_length: int = 512, negative_prompt: str = " ") -> None:
         if max_sequence_length > MAX_SEQUENCE_LENGTH:
-            raise ValueError(
+            raise InputError(
                 f"max_sequence_length must be at most {MAX_SEQUENCE_LENGTH} for Qwen-Image; "
                 f"got {max_sequence_length}."
             )
         super().__init__(pipe, max_sequence_length)
         self.negative_prompt = negative_prompt
-        self._cache: dict[str, torch.Tensor] = {}
 
-    def clear_cache(self) -> None:
-        self._cache.clear()
+    def encode_text(self, prompt, device, references=None) -> tuple[torch.Tensor]:
+        """``prompt``'s Qwen2.5-VL tokens (its padding cut off)."""
+        embeds, mask = self.pipe.encode_prompt(
+            prompt=[prompt], device=device, max_sequence_length=self.max_sequence_length
+        )
+        return (unpad_prompt_embeds(embeds, mask),)
 
-    # ------------------------------------------------------------------ building blocks
-    @torch.no_grad()
-    def encode_prompts(
-        self, prompts: Sequence[str], device=None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Encoder tokens of ``prompts`` padded into a batch, and their mask (``None`` without
-        padding); each distinct text is encoded once, alone (see :func:`pad_prompt_embeds`)."""
-        device = device or self.pipe._execution_device
-        for p in dict.fromkeys(prompts):
-            if p not in self._cache:
-                embeds, mask = self.pipe.encode_prompt(
-                    prompt=[p], device=device, max_sequence_length=self.max_sequence_length
-                )
-                if mask is not None:
-                    embeds = embeds[:, : int(mask[0].sum())]
-                self._cache[p] = embeds[0]
-        return pad_prompt_embeds([self._cache[p] for p in prompts], device)
-
-    def condition(self, prompts: Sequence[str], height: int, width: int) -> QwenImageConditioning:
-        """Encode ``prompts`` and the negative prompt for images of ``height x width``."""
-        device = self.pipe._execution_device
-        embeds, mask = self.encode_prompts(prompts, device)
-        negative, negative_mask = self.encode_prompts([self.negative_prompt] * len(prompts), device)
+    def image_shapes(self, height: int, width: int, references=None) -> list:
+        """Per image token grid ``(frames, rows, columns)``: the target's, then each
+        reference's (the transformer's image positions)."""
         f = self.size_multiple
-        img_shapes = [[(1, height // f, width // f)]] * len(prompts)
+        return [(1, height // f, width // f)]
+
+    def condition(self, prompts, height, width, guidance_scale, references=None):
+        """The prompts' and the negative prompt's tokens (with an edit's references, where
+        the text encoder sees them), the image grids; an edit adds its reference latents."""
+        device = self.pipe._execution_device
+        embeds, mask = pad_prompt_embeds(
+            [t[0] for t in self.encode_prompts(prompts, device, references)], device
+        )
+        negatives = self.encode_prompts([self.negative_prompt] * len(prompts), device, references)
+        negative, negative_mask = pad_prompt_embeds([t[0] for t in negatives], device)
+        first = None if references is None else references[0]
+        img_shapes = [self.image_shapes(height, width, first)] * len(prompts)
         return QwenImageConditioning(embeds, mask, negative, negative_mask, img_shapes)
 
-    def velocity(
-        self,
-        transformer,
-        latents: torch.Tensor,
-        timestep: torch.Tensor,
-        cond: QwenImageConditioning,
-        guidance_scale: float,
-    ) -> torch.Tensor:
-        """The (true-CFG) velocity of packed ``latents`` at ``timestep`` in [0, 1000]."""
-        return qwen_image_velocity(transformer, latents, timestep, cond, guidance_scale)
+    def prepare_latents(self, batch, height, width, cond, device, generator, latents=None):
+        channels = self.pipe.transformer.config.in_channels // 4
+        dtype = cond.prompt_embeds.dtype
+        return self.pipe.prepare_latents(
+            batch, channels, height, width, dtype, device, generator, latents
+        )
 
-    def transition_velocity(
-        self,
-        transformer,
-        latents,
-        timestep,
-        prompts,
-        height,
-        width,
-        guidance_scale,
-        references=None,
-    ) -> torch.Tensor:
-        """The velocity at recorded ``latents`` (see :meth:`GRPOSampler.transition_velocity`)."""
-        cond = self.condition(prompts, height, width)
-        return self.velocity(transformer, latents, timestep, cond, guidance_scale)
+    def velocity(self, transformer, latents, timestep, cond, guidance_scale) -> torch.Tensor:
+        """The (true-CFG) velocity of the packed ``latents`` (an edit's reference tokens are
+        appended, then cut off each prediction, as the pipelines do)."""
+        return qwen_image_velocity(
+            transformer,
+            self.model_input(latents, cond),
+            timestep,
+            cond,
+            guidance_scale,
+            num_tokens=latents.shape[1],
+        )
+
+    @staticmethod
+    def text_shapes(config: dict[str, Any], max_sequence_length: int) -> list[tuple[int, ...]]:
+        """The Qwen2.5-VL tokens."""
+        return [(max_sequence_length, config["joint_attention_dim"])]
+
+    @staticmethod
+    def meta_inputs(config, batch, image_tokens, text_tokens, reference_tokens, dtype):
+        """``QwenImageTransformer2DModel``'s arguments as :meth:`velocity` passes them (an
+        edit's reference of the target's size after the target's tokens)."""
+        meta = {"device": "meta", "dtype": dtype}
+        side = int(image_tokens**0.5)
+        shapes = [[(1, side, side)] + ([(1, side, side)] if reference_tokens else [])] * batch
+        tokens = image_tokens + reference_tokens
+        return {
+            "hidden_states": torch.empty(batch, tokens, config["in_channels"], **meta),
+            "timestep": torch.empty(batch, **meta),
+            "guidance": None,
+            "encoder_hidden_states": torch.empty(
+                batch, text_tokens, config["joint_attention_dim"], **meta
+            ),  # fmt: skip
+            "encoder_hidden_states_mask": torch.ones(
+                batch, text_tokens, device="meta", dtype=torch.long
+            ),  # fmt: skip
+            "img_shapes": shapes,
+            "attention_kwargs": {},
+        }
 
     def decode(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Packed latents -> images ``(B, 3, H, W)`` in [0, 1]."""
         return decode_qwen_image(self.pipe, latents, height, width)
 
-    # ------------------------------------------------------------------ sampling
-    @torch.no_grad()
-    def __call__(
-        self,
-        prompts: Sequence[str],
-        height: int = 512,
-        width: int = 512,
-        num_steps: int = 10,
-        guidance_scale: float = 4.0,
-        noise_level: float = 0.7,
-        noise_steps: Sequence[int] = (1,),
-        generator: torch.Generator | None = None,
-        latents: torch.Tensor | None = None,
-        transformer=None,
-        output_type: str = "pt",
-        scheduler: FlowGRPOScheduler | None = None,
-    ) -> SampleOutput:
-        """Sample one image per prompt (repeat a prompt for a group).
 
-        Args:
-            prompts: one prompt per image.
-            height / width: image size in pixels (multiples of :attr:`size_multiple`).
-            num_steps: denoising steps.
-            guidance_scale: the true-CFG scale (``true_cfg_scale``; <= 1 disables CFG).
-            noise_level: ``a`` of the SDE steps.
-            noise_steps: step indices that take the SDE step (and are recorded); every other
-                step is the Euler ODE step. Empty = plain ODE sampling.
-            generator: seeds the initial latents and then the SDE noise.
-            latents: optional packed initial latents.
-            transformer: the (possibly LoRA-wrapped) transformer; default the pipeline's.
-            output_type: ``"pt"`` (decoded images) or ``"latent"``.
-            scheduler: the stochastic step (SDE or CPS); default Flow-GRPO's SDE.
-        """
-        pipe = self.pipe
-        transformer = transformer if transformer is not None else pipe.transformer
-        # 1. Check inputs
-        noise_steps = check_sampling_inputs(
-            height, width, self.size_multiple, num_steps, noise_steps, output_type
-        )
-        device = pipe._execution_device
-
-        # 2. Encode the prompts and the negative prompt (cached per text)
-        cond = self.condition(prompts, height, width)
-
-        # 3. Prepare latents (diffusers' own noise draw and 2x2 packing)
-        num_channels_latents = pipe.transformer.config.in_channels // 4
-        latents = pipe.prepare_latents(
-            len(prompts),
-            num_channels_latents,
-            height,
-            width,
-            cond.prompt_embeds.dtype,
-            device,
-            generator,
-            latents,
-        )
-
-        # 4. Timesteps (resolution-shifted, from the pipeline's scheduler config)
-        schedule = flux_schedule(pipe.scheduler, num_steps, latents.shape[1], device=device)
-
-        # 5. Denoising loop: Euler ODE steps, SDE steps at `noise_steps` (recorded)
-        out = sde_denoise(
-            lambda x, t: self.velocity(transformer, x, t, cond, guidance_scale),
-            latents,
-            schedule,
-            noise_level,
-            noise_steps,
-            generator,
-            scheduler,
-        )
-
-        # 6. Decode
-        if output_type != "latent":
-            out.images = self.decode(out.latents, height, width)
-        return out
+def unpad_prompt_embeds(embeds: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The one prompt's encoder tokens of ``encode_prompt``'s batch of one, padding cut off
+    (:func:`pad_prompt_embeds` pads them into a batch again)."""
+    if mask is not None:
+        embeds = embeds[:, : int(mask[0].sum())]
+    return embeds[0]
 
 
-register_pipeline(
-    PipelineSpec(
-        "qwen_image",
-        QwenImageGRPOSampler,
-        "QwenImagePipeline",
-        true_cfg=True,
-        config_kwargs=("max_sequence_length", "negative_prompt"),
-    )
-)
+register_pipeline(PipelineSpec(
+    "qwen_image", QwenImageGRPOSampler, "QwenImagePipeline", true_cfg=True,
+    config_kwargs=("max_sequence_length", "negative_prompt"),
+    lora_target_modules=QWEN_IMAGE_LORA_TARGETS, scheduler_config=QWEN_IMAGE_SCHEDULER_CONFIG,
+    architectures={"Qwen/Qwen-Image": QWEN_IMAGE_ARCHITECTURE},
+    tiny_builder="paco_grpo.testing.qwen_image:build_tiny_qwen_image",
+))  # fmt: skip

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from paco_reward.errors import InvalidImageError, LayoutError, PromptError
+from paco_reward.errors import InputError, InvalidImageError, LayoutError, PromptError
 from paco_reward.grids import parse_layout, split_grid
 from paco_reward.images import ImageInput, load_image
 
@@ -62,15 +62,15 @@ class Reward(Protocol):
 
 
 def check_scores(name: str, scores: Any, n: int) -> np.ndarray:
-    """``scores`` as a float64 array of shape ``(n,)``; raises ``ValueError`` naming the reward."""
+    """``scores`` as a float64 array of shape ``(n,)``; raises ``InputError`` naming the reward."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != (n,):
-        raise ValueError(f"reward {name!r} returned shape {scores.shape}; expected ({n},).")
+        raise InputError(f"reward {name!r} returned shape {scores.shape}; expected ({n},).")
     return scores
 
 
 def model_dtype(dtype: str):
-    """The ``torch.dtype`` a reward's ``dtype`` argument names; ``ValueError`` listing the
+    """The ``torch.dtype`` a reward's ``dtype`` argument names; ``InputError`` listing the
     choices (:data:`MODEL_DTYPES`) for any other value.
 
     Example:
@@ -80,7 +80,7 @@ def model_dtype(dtype: str):
     import torch
 
     if dtype not in MODEL_DTYPES:
-        raise ValueError(f"dtype must be one of {MODEL_DTYPES}; got {dtype!r}.")
+        raise InputError(f"dtype must be one of {MODEL_DTYPES}; got {dtype!r}.")
     return getattr(torch, dtype)
 
 
@@ -140,7 +140,7 @@ class BaseReward:
         images, prompts = list(images), list(prompts)
         metadata = [dict(m or {}) for m in metadata] if metadata is not None else [{}] * len(images)
         if not len(images) == len(prompts) == len(metadata):
-            raise ValueError(
+            raise InputError(
                 f"{self.name}: got {len(images)} images, {len(prompts)} prompts and "
                 f"{len(metadata)} metadata dicts; pass one of each per image."
             )

@@ -30,7 +30,7 @@ import numpy as np
 
 from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels, model_dtype
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PromptError
+from paco_reward.errors import InputError, PromptError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -81,13 +81,13 @@ class CLIPEncoder:
         from transformers import CLIPModel, CLIPProcessor
 
         if long_text not in LONG_TEXT:
-            raise ValueError(
+            raise InputError(
                 f"long_text must be one of {LONG_TEXT} (truncate to the model's max length, or "
                 f"split into chunks and average); got {long_text!r}."
             )
         self.dtype = model_dtype(dtype)
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}.")
+            raise InputError(f"batch_size must be a positive integer; got {batch_size!r}.")
         self.device = resolve_device(device)
         self.model = CLIPModel.from_pretrained(model_name_or_path, dtype=self.dtype)
         self.model.to(self.device).eval()
@@ -373,7 +373,7 @@ class PickScoreReward(_CLIPReward):
         **kwargs: Any,
     ) -> None:
         if not isinstance(scale, (int, float)) or scale <= 0:
-            raise ValueError(f"pickscore scale must be a number > 0 (default 26); got {scale!r}.")
+            raise InputError(f"pickscore scale must be a number > 0 (default 26); got {scale!r}.")
         super().__init__(model, processor, device=device, **kwargs)
         self.scale = float(scale)
 

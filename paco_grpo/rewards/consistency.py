@@ -30,7 +30,7 @@ import numpy as np
 
 from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
 from paco_reward.devices import resolve_device
-from paco_reward.errors import PromptError, RewardServerError
+from paco_reward.errors import ConfigError, InputError, PromptError, RewardServerError
 from paco_reward.grids import split_panel_prompts
 from paco_reward.images import load_image
 
@@ -42,6 +42,8 @@ __all__ = ["CONSISTENCY_TEMPLATES", "ConsistencyReward", "EditConsistencyReward"
 CONSISTENCY_TEMPLATES = ("consistency", "criteria")
 # SC then PF: the two scores of an edit (``PacoReward.score_edit``'s templates).
 EDIT_TEMPLATES = ("edit_consistency", "edit_following")
+# How an edit from several references aggregates its per-reference scores.
+REFERENCE_AGGREGATIONS = ("mean", "min")
 
 
 def load_evaluator(
@@ -84,7 +86,7 @@ def load_evaluator(
         return model
     if server_url is not None:
         if adapter is not None:
-            raise ValueError(
+            raise InputError(
                 f"adapter={adapter!r} cannot be applied to a served model; merge it before serving "
                 "or drop server_url to load it in-process."
             )
@@ -179,7 +181,7 @@ class ConsistencyReward(BaseReward):
     ) -> None:
         super().__init__()
         if template not in CONSISTENCY_TEMPLATES:
-            raise ValueError(
+            raise InputError(
                 f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
                 f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
             )
@@ -278,15 +280,28 @@ class EditConsistencyReward(BaseReward):
     The source image comes from ``metadata[source_key]`` (the parquet prompt loader and the
     editing trainer put it in ``metadata["source_image"]``).
 
+    An edit from several references (``metadata[references_key]``, a list, as
+    Qwen-Image-Edit-Plus takes them) is scored against each reference in turn, as if it were
+    the source (``sqrt(SC_i * PF_i)`` of ``(reference_i, edited)``), and the item's reward is
+    their mean (``reference_aggregation="mean"``: keeping most references consistent pays) or
+    their minimum (``"min"``: the worst-kept reference decides). With one reference both are
+    the single-source reward.
+
     Args:
         model / adapter / server_url / api_key / device / **load_kwargs: as for
             :class:`ConsistencyReward`.
         source_key: metadata key of the source image.
+        references_key: metadata key of a multi-reference edit's references (it wins over
+            ``source_key`` where present).
+        reference_aggregation: ``"mean"`` or ``"min"`` over the references.
 
     Example:
         >>> reward = EditConsistencyReward("X-GenGroup/PaCo-Reward-7B")              # doctest: +SKIP
         >>> reward([edited], ["make the sky red"], [{"source_image": source}])      # doctest: +SKIP
         array([0.74])
+        >>> reward([edited], ["the cat of picture 2 on the sofa of picture 1"],
+        ...        [{"source_images": [sofa, cat]}])                                # doctest: +SKIP
+        array([0.61])
     """
 
     name = "edit_consistency"
@@ -298,42 +313,63 @@ class EditConsistencyReward(BaseReward):
         server_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         source_key: str = "source_image",
+        references_key: str = "source_images",
+        reference_aggregation: str = "mean",
         *,
         device: str | torch.device | None = None,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
+        if reference_aggregation not in REFERENCE_AGGREGATIONS:
+            raise ConfigError(
+                f"reference_aggregation must be one of {REFERENCE_AGGREGATIONS}; got "
+                f"{reference_aggregation!r}."
+            )
         self.evaluator = load_evaluator(
             model, adapter, server_url, api_key, device=device, **load_kwargs
         )
         self.device = _evaluator_device(self.evaluator)
         self.source_key = source_key
+        self.references_key = references_key
+        self.reference_aggregation = reference_aggregation
 
     def _plan(self, images, prompts, metadata):
+        """One request per reference of each item; ``positions`` says whose."""
         requests, positions = [], []
         for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             try:
-                if meta.get(self.source_key) is None:
+                references = meta.get(self.references_key) or [meta.get(self.source_key)]
+                if any(reference is None for reference in references):
                     raise PromptError(
                         f"metadata[{self.source_key!r}] is missing; editing rewards need the "
                         "source image (load prompts from a (prompt, image) parquet file)"
                     )
                 if not isinstance(prompt, str) or not prompt.strip():
                     raise PromptError(f"the edit instruction is empty ({prompt!r})")
-                source = load_image(meta[self.source_key], f"metadata[{k}][{self.source_key!r}]")
-                requests.append((source, load_image(image, f"images[{k}]"), prompt))
-                positions.append(k)
+                edited = load_image(image, f"images[{k}]")
+                mine = [
+                    (load_image(reference, f"metadata[{k}] reference {j}"), edited, prompt)
+                    for j, reference in enumerate(references)
+                ]
             except INPUT_ERRORS as err:
                 self.fail(k, err)
+                continue
+            requests += mine
+            positions += [k] * len(mine)
         return requests, positions
 
     def _reduce(self, n: int, positions, consistency, following) -> np.ndarray:
         out = np.full(n, np.nan)
         overall = np.sqrt(np.asarray(consistency, float) * np.asarray(following, float))
+        per_item: dict[int, list[float]] = {}
         for k, value in zip(positions, overall):
-            if math.isnan(value):
+            per_item.setdefault(k, []).append(float(value))
+        aggregate = np.mean if self.reference_aggregation == "mean" else np.min
+        for k, values in per_item.items():
+            if any(math.isnan(v) for v in values):
                 self.fail(k, "the evaluator returned NaN for SC or PF")
-            out[k] = value
+                continue
+            out[k] = aggregate(values)
         return out
 
     def score(self, images, prompts, metadata) -> np.ndarray:
@@ -346,7 +382,7 @@ class EditConsistencyReward(BaseReward):
                 for template in EDIT_TEMPLATES
             )
         except RewardServerError as err:
-            self.fail_items(positions, err)
+            self.fail_items(sorted(set(positions)), err)
             return np.full(len(images), np.nan)
         return self._reduce(len(images), positions, sc, pf)
 
@@ -364,6 +400,6 @@ class EditConsistencyReward(BaseReward):
                 )
             )
         except RewardServerError as err:
-            self.fail_items(positions, err)
+            self.fail_items(sorted(set(positions)), err)
             return np.full(len(images), np.nan)
         return self._reduce(len(images), positions, sc, pf)

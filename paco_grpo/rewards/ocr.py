@@ -37,7 +37,7 @@ import numpy as np
 from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, model_dtype
 from paco_grpo.rewards.ocr_text import ocr_score, quoted_text
 from paco_reward.devices import resolve_device
-from paco_reward.errors import UnsupportedModelError
+from paco_reward.errors import InputError, UnsupportedModelError
 from paco_reward.hub import hub_kwargs
 from paco_reward.images import ImageInput, load_image
 from paco_reward.modeling import load_vision_language_model
@@ -103,7 +103,7 @@ class OCRReader:
 
         for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+                raise InputError(f"{name} must be a positive integer; got {value!r}.")
         self.dtype = model_dtype(dtype)
         self.device = resolve_device(device)
         self.batch_size = batch_size

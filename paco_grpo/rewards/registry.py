@@ -20,7 +20,7 @@ from paco_grpo.rewards.clip import CLIPImageReward, CLIPTextReward, PickScoreRew
 from paco_grpo.rewards.colour import PanelColourAgreementReward
 from paco_grpo.rewards.consistency import ConsistencyReward, EditConsistencyReward
 from paco_grpo.rewards.ocr import OCRReward
-from paco_reward.errors import PacoError
+from paco_reward.errors import ConfigError, InputTypeError, PacoError, PathNotFoundError
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +75,7 @@ def build_reward(name: str, device: str | torch.device | None = None, **kwargs: 
         **kwargs: the reward's constructor arguments.
 
     Raises:
-        ValueError: unknown name (the message lists the valid names).
+        ConfigError: unknown name (the message lists the valid names).
         RewardLoadError: the reward's model cannot be loaded, or a keyword is unknown.
         RewardServerError: a server-backed reward's server is down or does not serve the model.
 
@@ -88,20 +88,20 @@ def build_reward(name: str, device: str | torch.device | None = None, **kwargs: 
         device(type='cuda', index=1)
     """
     if name not in REWARDS:
-        raise ValueError(f"Unknown reward {name!r}; valid rewards: {sorted(REWARDS)}.")
+        raise ConfigError(f"Unknown reward {name!r}; valid rewards: {sorted(REWARDS)}.")
     if device is not None and _takes_device(REWARDS[name]):
         kwargs["device"] = device
     try:
         return REWARDS[name](**kwargs)
-    except PacoError:
-        raise
-    except OSError as err:  # a model folder / hub id that cannot be loaded
-        raise RewardLoadError(
-            f"reward {name!r} could not load its model with arguments {kwargs}: {err} "
-            f"Point reward_kwargs.{name}.model at a local folder or a reachable hub id."
-        ) from err
-    except TypeError as err:  # a misspelt keyword
-        raise RewardLoadError(
+    except (OSError, TypeError) as err:
+        if isinstance(err, PacoError) and not isinstance(err, (PathNotFoundError, InputTypeError)):
+            raise  # a server that is down names itself (RewardServerError)
+        if isinstance(err, OSError):  # a model folder / hub id that cannot be loaded
+            raise RewardLoadError(
+                f"reward {name!r} could not load its model with arguments {kwargs}: {err} "
+                f"Point reward_kwargs.{name}.model at a local folder or a reachable hub id."
+            ) from err
+        raise RewardLoadError(  # a misspelt keyword
             f"reward {name!r} does not accept the arguments {sorted(kwargs)} ({err}); see "
             f"help({REWARDS[name].__name__}) for its arguments."
         ) from err
@@ -137,10 +137,10 @@ def build_rewards(
     reward_kwargs = reward_kwargs or {}
     unknown = sorted(set(weights) - set(REWARDS))
     if unknown:
-        raise ValueError(f"Unknown reward(s) {unknown}; valid rewards: {sorted(REWARDS)}.")
+        raise ConfigError(f"Unknown reward(s) {unknown}; valid rewards: {sorted(REWARDS)}.")
     bad = {n: kw for n, kw in reward_kwargs.items() if not isinstance(kw, dict)}
     if bad:
-        raise ValueError(
+        raise ConfigError(
             f"reward_kwargs values must be mappings of constructor arguments; got {bad}."
         )
     misplaced = sorted(

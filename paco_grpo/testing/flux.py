@@ -25,16 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# FLUX.1-dev's scheduler/scheduler_config.json.
-FLUX_DEV_SCHEDULER_CONFIG = {
-    "base_image_seq_len": 256,
-    "base_shift": 0.5,
-    "max_image_seq_len": 4096,
-    "max_shift": 1.15,
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-    "use_dynamic_shifting": True,
-}
+from paco_grpo.pipelines.flux import FLUX_DEV_SCHEDULER_CONFIG
 
 _CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + string.punctuation
 
@@ -75,7 +66,7 @@ def tiny_flux_components(
     ``vae_channels`` are the VAE's block widths (one block per entry; ``n`` blocks downsample
     ``2 ** (n - 1)`` times), ``words`` whole-word T5 pieces (:func:`build_tiny_tokenizers`)."""
     import torch
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     tokenizer, tokenizer_2 = build_tiny_tokenizers(words=words)
@@ -122,22 +113,7 @@ def tiny_flux_components(
         )
     )
     transformer = FluxTransformer2DModel(**transformer_config)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * len(vae_channels),
-        up_block_types=("UpDecoderBlock2D",) * len(vae_channels),
-        block_out_channels=tuple(vae_channels),
-        layers_per_block=1,
-        latent_channels=transformer_config["in_channels"] // 4,
-        norm_num_groups=4,
-        sample_size=64,
-        scaling_factor=0.3611,
-        shift_factor=0.1159,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-        mid_block_add_attention=False,
-    )
+    vae = tiny_flux_vae(vae_channels, transformer_config["in_channels"] // 4)
     scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_DEV_SCHEDULER_CONFIG)
     return {
         "scheduler": scheduler,
@@ -148,6 +124,30 @@ def tiny_flux_components(
         "tokenizer_2": tokenizer_2,
         "transformer": transformer,
     }
+
+
+def tiny_flux_vae(block_channels: Sequence[int] = (8, 8, 8, 8), latent_channels: int = 4):
+    """A tiny ``AutoencoderKL`` of FLUX.1's kind (its scaling and shift factors; Z-Image's VAE
+    is the same): one block per entry of ``block_channels`` (``n`` blocks downsample
+    ``2 ** (n - 1)`` times), no mid-block attention so large decodes stay cheap on CPU."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * len(block_channels),
+        up_block_types=("UpDecoderBlock2D",) * len(block_channels),
+        block_out_channels=tuple(block_channels),
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=4,
+        sample_size=64,
+        scaling_factor=0.3611,
+        shift_factor=0.1159,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        mid_block_add_attention=False,
+    )
 
 
 def build_tiny_flux(output_dir: str | Path, seed: int = 0, **transformer_overrides: Any) -> Path:

@@ -27,26 +27,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paco_grpo.pipelines.flux2 import FLUX2_SCHEDULER_CONFIG
+
 __all__ = [
-    "FLUX2_SCHEDULER_CONFIG",
+    "TINY_TEXT_WIDTH",
     "build_tiny_flux2",
     "build_tiny_flux2_klein",
     "tiny_flux2_components",
+    "tiny_qwen3_text_encoder",
 ]
 
-# FLUX.2's scheduler config: dynamic shifting, with ``mu`` from the pipeline's
-# ``compute_empirical_mu`` (the base/max shift entries are not read).
-FLUX2_SCHEDULER_CONFIG = {
-    "base_image_seq_len": 256,
-    "base_shift": 0.5,
-    "max_image_seq_len": 4096,
-    "max_shift": 1.15,
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-    "use_dynamic_shifting": True,
-}
 
-_TEXT_WIDTH = 16
+TINY_TEXT_WIDTH = 16
 
 # Qwen3's chat template, reduced to what Flux2KleinPipeline renders (a user turn, the
 # generation prompt, and the empty thinking block of enable_thinking=False).
@@ -71,15 +63,17 @@ _MISTRAL3_TOKENS = ["[IMG]", "[IMG_BREAK]", "[IMG_END]", "[SYSTEM_PROMPT]", "[/S
                     "[INST]", "[/INST]"]  # fmt: skip
 
 
-def _qwen3_text_encoder(tokenizer):
+def tiny_qwen3_text_encoder(tokenizer, num_hidden_layers: int = 27):
+    """A tiny ``Qwen3ForCausalLM`` for ``tokenizer`` (16 wide; 27 layers: Flux2KleinPipeline
+    reads layers (9, 18, 27); Z-Image's pipeline reads the second-to-last)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     return Qwen3ForCausalLM(
         Qwen3Config(
             vocab_size=len(tokenizer),
-            hidden_size=_TEXT_WIDTH,
+            hidden_size=TINY_TEXT_WIDTH,
             intermediate_size=24,
-            num_hidden_layers=27,  # Flux2KleinPipeline reads layers (9, 18, 27)
+            num_hidden_layers=num_hidden_layers,
             num_attention_heads=2,
             num_key_value_heads=1,
             head_dim=8,
@@ -97,7 +91,7 @@ def _mistral3_text_encoder(tokenizer):
         text_config={
             "model_type": "mistral",
             "vocab_size": len(tokenizer),
-            "hidden_size": _TEXT_WIDTH,
+            "hidden_size": TINY_TEXT_WIDTH,
             "intermediate_size": 24,
             "num_hidden_layers": 30,  # Flux2Pipeline reads layers (10, 20, 30)
             "num_attention_heads": 2,
@@ -156,7 +150,7 @@ def tiny_flux2_components(seed: int = 0, klein: bool = True, **transformer_overr
     tokenizer = build_tiny_tokenizer(extra_corpus=() if klein else (SYSTEM_MESSAGE,))
     if klein:
         tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
-        text = {"tokenizer": tokenizer, "text_encoder": _qwen3_text_encoder(tokenizer)}
+        text = {"tokenizer": tokenizer, "text_encoder": tiny_qwen3_text_encoder(tokenizer)}
     else:
         processor = _pixtral_processor(tokenizer)
         text = {"tokenizer": processor, "text_encoder": _mistral3_text_encoder(tokenizer)}
@@ -168,7 +162,7 @@ def tiny_flux2_components(seed: int = 0, klein: bool = True, **transformer_overr
         "num_single_layers": 1,
         "attention_head_dim": 16,
         "num_attention_heads": 2,
-        "joint_attention_dim": 3 * _TEXT_WIDTH,  # three text-encoder layers stacked
+        "joint_attention_dim": 3 * TINY_TEXT_WIDTH,  # three text-encoder layers stacked
         "timestep_guidance_channels": 256,
         "mlp_ratio": 3.0,
         "axes_dims_rope": (4, 4, 4, 4),

@@ -51,13 +51,16 @@ def build_tiny_flux_kontext(
     return output_dir
 
 
-def write_tiny_edit_prompts(path: str | Path, seed: int = 0) -> Path:
-    """Write a small (prompt, image) parquet for the tiny editing recipe and tests.
+def write_tiny_edit_prompts(path: str | Path, seed: int = 0, references: int = 1) -> Path:
+    """Write a small (prompt, image) parquet for the tiny editing recipes and tests.
 
     Four rows: two instructions, each applied to two source images of different aspect
     ratio (square 48x48 and wide 96x48, random colour blocks), under the same prompt id, so
     a trainer must group by (prompt id, image hash). Images are PNG bytes in a
-    ``{"bytes", "path"}`` struct, as ``datasets`` writes them.
+    ``{"bytes", "path"}`` struct, as ``datasets`` writes them. With ``references=2`` each
+    row's ``image`` is a list, the source then a second reference (square for the first
+    instruction, tall 48x96 for the second: one batch of edits of one source size holds
+    references of two sizes), as multi-reference editors (Qwen-Image-Edit-Plus) take them.
 
     Example:
         >>> write_tiny_edit_prompts("/tmp/tiny_edit_prompts.parquet")   # doctest: +SKIP
@@ -70,18 +73,25 @@ def write_tiny_edit_prompts(path: str | Path, seed: int = 0) -> Path:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    images = []
-    for width, height in ((48, 48), (96, 48)):
+
+    def png(width: int, height: int) -> dict:
         blocks = rng.integers(0, 256, (height // 16, width // 16, 3), dtype=np.uint8)
         pixels = np.kron(blocks, np.ones((16, 16, 1), dtype=np.uint8))
         buffer = io.BytesIO()
         Image.fromarray(pixels).save(buffer, format="PNG")
-        images.append(buffer.getvalue())
+        return {"bytes": buffer.getvalue(), "path": None}
+
+    sources = [png(48, 48), png(96, 48)]
+    seconds = [png(48, 48), png(48, 96)]  # one per instruction
     prompts = ["make every quadrant the same colour", "paint it in one flat colour"]
     rows = [
-        {"id": str(k), "prompt": prompt, "image": {"bytes": image, "path": None}}
+        {
+            "id": str(k),
+            "prompt": prompt,
+            "image": source if references == 1 else [source, *[seconds[k]] * (references - 1)],
+        }
         for k, prompt in enumerate(prompts)
-        for image in images
+        for source in sources
     ]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,25 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["QWEN_IMAGE_SCHEDULER_CONFIG", "build_tiny_qwen_image", "tiny_qwen_image_components"]
+from paco_grpo.pipelines.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG
 
-# Qwen/Qwen-Image's (and Qwen/Qwen-Image-Edit's) scheduler/scheduler_config.json.
-QWEN_IMAGE_SCHEDULER_CONFIG = {
-    "base_image_seq_len": 256,
-    "base_shift": 0.5,
-    "invert_sigmas": False,
-    "max_image_seq_len": 8192,
-    "max_shift": 0.9,
-    "num_train_timesteps": 1000,
-    "shift": 1.0,
-    "shift_terminal": 0.02,
-    "stochastic_sampling": False,
-    "time_shift_type": "exponential",
-    "use_beta_sigmas": False,
-    "use_dynamic_shifting": True,
-    "use_exponential_sigmas": False,
-    "use_karras_sigmas": False,
-}
+__all__ = ["build_tiny_qwen_image", "tiny_qwen_image_components"]
 
 
 def tiny_qwen_image_components(

@@ -5,7 +5,9 @@ of ``Qwen/Qwen-Image-Edit``: the tiny Qwen-Image components of
 :func:`paco_grpo.testing.qwen_image.tiny_qwen_image_components` (transformer, VAE,
 Qwen2.5-VL text encoder and tokenizer, scheduler config) and the ``Qwen2VLProcessor``
 through which the text encoder sees the reference image. It loads with
-``QwenImageEditPipeline.from_pretrained`` as the real model does::
+``QwenImageEditPipeline.from_pretrained`` as the real model does (and
+:func:`build_tiny_qwen_image_edit_plus` the same components as a ``QwenImageEditPlusPipeline``,
+as ``Qwen/Qwen-Image-Edit-2509``)::
 
     >>> from diffusers import QwenImageEditPipeline
     >>> path = build_tiny_qwen_image_edit("/tmp/tiny-qwen-edit")    # doctest: +SKIP
@@ -24,9 +26,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from paco_grpo.testing.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG, tiny_qwen_image_components
+from paco_grpo.testing.qwen_image import tiny_qwen_image_components
 
-__all__ = ["QWEN_IMAGE_SCHEDULER_CONFIG", "build_tiny_qwen_image_edit"]
+__all__ = [
+    "build_tiny_qwen_image_edit",
+    "build_tiny_qwen_image_edit_plus",
+    "tiny_qwen_image_edit_components",
+]
 
 
 def tiny_qwen_image_edit_components(seed: int = 0, **transformer_overrides: Any) -> dict:
@@ -55,8 +61,26 @@ def build_tiny_qwen_image_edit(
     """
     from diffusers import QwenImageEditPipeline
 
+    return _build(QwenImageEditPipeline, output_dir, seed, transformer_overrides)
+
+
+def build_tiny_qwen_image_edit_plus(
+    output_dir: str | Path, seed: int = 0, **transformer_overrides: Any
+) -> Path:
+    """Write a randomly initialised tiny ``QwenImageEditPlusPipeline`` (the several-reference
+    editor of Qwen-Image-Edit-2509, which has the same components) to ``output_dir``; see
+    :func:`build_tiny_qwen_image_edit`.
+
+    Example:
+        >>> path = build_tiny_qwen_image_edit_plus("/tmp/tiny-qwen-edit-plus")   # doctest: +SKIP
+    """
+    from diffusers import QwenImageEditPlusPipeline
+
+    return _build(QwenImageEditPlusPipeline, output_dir, seed, transformer_overrides)
+
+
+def _build(cls, output_dir: str | Path, seed: int, overrides: dict[str, Any]) -> Path:
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    pipe = QwenImageEditPipeline(**tiny_qwen_image_edit_components(seed, **transformer_overrides))
-    pipe.save_pretrained(output_dir)
+    cls(**tiny_qwen_image_edit_components(seed, **overrides)).save_pretrained(output_dir)
     return output_dir

@@ -23,11 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SD35_SCHEDULER_CONFIG", "build_tiny_sd3", "tiny_sd3_components"]
+from paco_grpo.pipelines.sd3 import SD35_SCHEDULER_CONFIG
 
-# stabilityai/stable-diffusion-3.5-large's scheduler/scheduler_config.json (Medium's is the
-# same): a static shift, no dynamic shifting.
-SD35_SCHEDULER_CONFIG = {"num_train_timesteps": 1000, "shift": 3.0}
+__all__ = ["build_tiny_sd3", "tiny_sd3_components"]
 
 
 def tiny_sd3_components(seed: int = 0, **transformer_overrides: Any) -> dict:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from paco_reward.errors import ArchitectureError
+
 __all__ = [
     "ArchitectureError",
     "MODELS",
@@ -46,10 +48,6 @@ MODELS: dict[str, str] = {
     "yuvalkirstain/PickScore_v1": "clip_vit_h_14.json",
     "stepfun-ai/GOT-OCR-2.0-hf": "got_ocr2.json",
 }
-
-
-class ArchitectureError(ValueError):
-    """A model whose architecture is neither in a local folder nor shipped here."""
 
 
 def shipped_config(file: str, root: Path = SHIPPED) -> dict[str, Any]:

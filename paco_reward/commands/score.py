@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from paco_reward.command_line import Command, config_field
+from paco_reward.errors import ConfigError
 from paco_reward.templates import TEMPLATES
 
 
@@ -59,7 +60,7 @@ class ScoreArguments(ModelArguments):
 
     def __post_init__(self) -> None:
         if self.grid is None and len(self.images) < 2:
-            raise ValueError("give two or more images, or --grid GRID.")
+            raise ConfigError("give two or more images, or --grid GRID.")
 
 
 @dataclass

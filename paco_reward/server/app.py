@@ -35,8 +35,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from paco_reward.errors import ConfigError, PacoError
-from paco_reward.server.batcher import ServerOverloadedError
+from paco_reward.errors import ConfigError, PacoError, ServerOverloadedError
 from paco_reward.server.common import (
     add_request_middleware,
     error_response,

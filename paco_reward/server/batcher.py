@@ -28,15 +28,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from paco_reward.errors import ServerOverloadedError
 from paco_reward.images import image_hash
 from paco_reward.local_backend import PairRequest
 from paco_reward.yes_no import yes_probability
 
 logger = logging.getLogger(__name__)
-
-
-class ServerOverloadedError(RuntimeError):
-    """The queue is full; the request should be retried later (HTTP 503)."""
 
 
 @dataclass
@@ -167,7 +164,9 @@ class MicroBatcher:
     # ------------------------------------------------------------------ internals
     async def _submit(self, kind: str, images, pairs, options=None):
         if self._queue is None or self._worker is None or self._worker.done():
-            raise RuntimeError("the micro-batcher is not running (server starting or stopping).")
+            raise ServerOverloadedError(
+                "the micro-batcher is not running (server starting or stopping)."
+            )
         if self._queued_pairs + len(pairs) > self.max_queue:
             raise ServerOverloadedError(
                 f"{self._queued_pairs} pairs are waiting (limit {self.max_queue}); retry later."

@@ -117,7 +117,8 @@ def add_request_middleware(app: Starlette, max_body_bytes: int, who: str) -> Non
 
 
 async def request_error(request: Request, err: RequestError) -> JSONResponse:
-    """Exception handler: a refused request, answered with what was wrong with it."""
+    """Exception handler: a refused request (or any error with a ``status`` and a ``code``),
+    answered with what was wrong with it."""
     return error_response(err.status, str(err), err.code)
 
 

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from paco_reward.errors import ConfigError
+from paco_reward.errors import ConfigError, PacoError
 from paco_reward.server.common import (
     REQUEST_ID_HEADER,
     add_request_middleware,
@@ -100,8 +100,14 @@ class Upstream:
         return self.root + "/v1"
 
 
-class UpstreamError(RequestError):
-    """An upstream that could not be reached (502) or did not answer in time (504)."""
+class UpstreamError(PacoError, ConnectionError):
+    """An upstream that could not be reached or answered badly (HTTP 502), or did not answer
+    in time (504); ``status`` and ``code`` are the gateway's answer."""
+
+    def __init__(self, message: str, status: int = 502, code: str = "upstream_unreachable") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
     @classmethod
     def of(cls, upstream: Upstream, err: httpx.TransportError) -> UpstreamError:
@@ -313,6 +319,7 @@ def create_gateway(upstreams: Mapping[str, str], config: GatewayConfig | None = 
         lifespan=lifespan,
         exception_handlers={
             RequestError: request_error,
+            UpstreamError: request_error,
             HTTPException: http_error,
             Exception: internal_error,
         },

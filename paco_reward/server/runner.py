@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from paco_reward.errors import RewardServerError
+
 logger = logging.getLogger(__name__)
 
 
@@ -28,19 +30,20 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def wait_until_healthy(base_url: str, timeout: float = 60.0, process=None) -> None:
-    """Poll ``GET {root}/health`` until it answers 200, or raise ``TimeoutError``."""
+    """Poll ``GET {root}/health`` until it answers 200, or raise
+    :class:`~paco_reward.errors.RewardServerError` (also when ``process`` exits first)."""
     root = base_url.rstrip("/").removesuffix("/v1")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server process exited with code {process.returncode}")
+            raise RewardServerError(f"server process exited with code {process.returncode}")
         try:
             if httpx.get(root + "/health", timeout=2.0).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise TimeoutError(f"reward server at {root} not healthy after {timeout}s")
+    raise RewardServerError(f"reward server at {root} not healthy after {timeout}s")
 
 
 class ServerThread:
@@ -71,7 +74,7 @@ class ServerThread:
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"uvicorn did not start on {self.host}:{self.port}")
+                raise RewardServerError(f"uvicorn did not start on {self.host}:{self.port}")
             time.sleep(0.02)
         return self
 

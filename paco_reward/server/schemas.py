@@ -79,7 +79,7 @@ def _int_in(value: Any, name: str, low: int, high: int, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"'{name}' must be an integer in [{low}, {high}]; got {value!r}.")
+        raise RequestError(f"'{name}' must be an integer in [{low}, {high}]; got {value!r}.")
     return value
 
 
@@ -110,9 +110,9 @@ class ChatCompletionRequest(BaseModel):
     def _check(self, info) -> ChatCompletionRequest:
         limits = info.context or {}
         if self.stream:
-            raise ValueError("streaming is not supported; send stream=false.")
+            raise RequestError("streaming is not supported; send stream=false.")
         if (self.n or 1) != 1:
-            raise ValueError(f"only n=1 is supported; got n={self.n!r}.")
+            raise RequestError(f"only n=1 is supported; got n={self.n!r}.")
         max_new = limits.get("max_new_tokens", 1024)
         if self.max_completion_tokens is not None:
             self.num_tokens = _int_in(
@@ -132,7 +132,7 @@ class ChatCompletionRequest(BaseModel):
                 isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids
             )
         ):
-            raise ValueError(
+            raise RequestError(
                 f"'logprob_token_ids' must be a list of at most 256 token ids in [0, {vocab})."
             )
         self.logprob_token_ids = ids
@@ -148,7 +148,7 @@ def _pair_message(messages: Any) -> tuple[list, str]:
         or messages[0].get("role") != "user"
         or not isinstance(messages[0].get("content"), list)
     ):
-        raise ValueError(
+        raise RequestError(
             "'messages' must hold exactly one user message whose content is a list: two "
             "image_url parts, then the instruction text (as paco_reward.build_messages)."
         )
@@ -157,23 +157,23 @@ def _pair_message(messages: Any) -> tuple[list, str]:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "image_url":
             if texts:
-                raise ValueError("put both images before the instruction text.")
+                raise RequestError("put both images before the instruction text.")
             image_url = part.get("image_url")
             urls.append(image_url.get("url") if isinstance(image_url, dict) else image_url)
         elif kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         else:
-            raise ValueError(
+            raise RequestError(
                 f"messages[0].content[{k}]: expected an 'image_url' or 'text' part; "
                 f"got {str(part)[:80]!r}."
             )
     if len(urls) != 2:
-        raise ValueError(
+        raise RequestError(
             f"a PaCo evaluator compares exactly 2 images per request; got {len(urls)} "
             "(too many or too few images). Use /v1/score for many pairs."
         )
     if not texts or not "".join(texts).strip():
-        raise ValueError("the user message needs the instruction text after the images.")
+        raise RequestError("the user message needs the instruction text after the images.")
     return urls, "\n".join(texts)
 
 
@@ -192,13 +192,13 @@ class ScoreRequest(BaseModel):
     @classmethod
     def _images(cls, value: Any) -> list:
         if not isinstance(value, list) or not value:
-            raise ValueError("'images' must be a non-empty list of base64 data URLs.")
+            raise RequestError("'images' must be a non-empty list of base64 data URLs.")
         return value
 
     @model_validator(mode="after")
     def _pairs(self) -> ScoreRequest:
         if not isinstance(self.pairs, list) or not self.pairs:
-            raise ValueError("'pairs' must be a non-empty list of [i, j] or [i, j, prompt].")
+            raise RequestError("'pairs' must be a non-empty list of [i, j] or [i, j, prompt].")
         n = len(self.images)
         for k, pair in enumerate(self.pairs):
             ok = isinstance(pair, list) and len(pair) in (2, 3)
@@ -206,7 +206,7 @@ class ScoreRequest(BaseModel):
                 isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n for i in pair[:2]
             )
             if not ok or (len(pair) == 3 and not isinstance(pair[2], (str, type(None)))):
-                raise ValueError(
+                raise RequestError(
                     f"pairs[{k}] must be [i, j] or [i, j, prompt] with i, j indices into "
                     f"'images' (0..{n - 1}); got {str(pair)[:80]!r}."
                 )

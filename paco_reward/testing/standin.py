@@ -33,6 +33,7 @@ from typing import Any
 from PIL import Image
 
 from paco_reward.cached_folder import build_once, cache_key, read_info
+from paco_reward.errors import ConfigError, WeightsMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -88,17 +89,19 @@ class StandInConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "image_pixels"):
             if getattr(self, name) < 1:
-                raise ValueError(f"StandInConfig.{name} must be >= 1; got {getattr(self, name)!r}.")
+                raise ConfigError(
+                    f"StandInConfig.{name} must be >= 1; got {getattr(self, name)!r}."
+                )
         if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0; got {self.learning_rate!r}.")
+            raise ConfigError(f"learning_rate must be > 0; got {self.learning_rate!r}.")
         if not 0 <= self.warmup_steps < self.steps:
-            raise ValueError(
+            raise ConfigError(
                 f"warmup_steps must be in [0, steps={self.steps}); got {self.warmup_steps!r}."
             )
         if self.expand_text_layers < 0:
-            raise ValueError(f"expand_text_layers must be >= 0; got {self.expand_text_layers!r}.")
+            raise ConfigError(f"expand_text_layers must be >= 0; got {self.expand_text_layers!r}.")
         if self.eval_examples < 0:
-            raise ValueError(f"eval_examples must be >= 0; got {self.eval_examples!r}.")
+            raise ConfigError(f"eval_examples must be >= 0; got {self.eval_examples!r}.")
 
     def key(self, data_id: str) -> str:
         """Cache key of a run on the examples named ``data_id``."""
@@ -255,7 +258,7 @@ def pretrain_describer(
 
     config = config or StandInConfig()
     if config.tiny_vision not in TINY_VISION_TOWERS:
-        raise ValueError(
+        raise ConfigError(
             f"tiny_vision {config.tiny_vision!r} is not one of {sorted(TINY_VISION_TOWERS)}."
         )
     key = config.key(data_id + (f"|base={base_model}" if base_model else ""))
@@ -366,7 +369,7 @@ def expand_text_layers(model, n: int):
     missing, unexpected = expanded.load_state_dict(model.state_dict(), strict=False)
     new = {f".layers.{i}." for i in range(layers, layers + n)}
     if unexpected or any(not any(m in key for m in new) for key in missing):
-        raise RuntimeError(f"block expansion lost weights: {unexpected or missing}")
+        raise WeightsMismatchError(f"block expansion lost weights: {unexpected or missing}")
     with torch.no_grad():
         for layer in expanded.model.language_model.layers[layers:]:
             layer.self_attn.o_proj.weight.zero_()

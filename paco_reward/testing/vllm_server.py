@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from paco_reward.errors import RewardServerError
 from paco_reward.server.runner import free_port, wait_until_healthy
 
 # What the tests and benchmarks pass on a CPU: float32 (exact against the transformers
@@ -82,9 +83,9 @@ class VLLMServer:
             )
         try:
             wait_until_healthy(self.base_url, timeout, self.process)
-        except (RuntimeError, TimeoutError) as err:
+        except RewardServerError as err:
             self.stop()
-            raise RuntimeError(f"{err}; the server's log:\n{self.log_tail()}") from None
+            raise RewardServerError(f"{err}; the server's log:\n{self.log_tail()}") from None
         return self
 
     def log_tail(self, lines: int = 40) -> str:

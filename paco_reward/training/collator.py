@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from paco_reward.errors import InputError
 from paco_reward.images import ImagePolicy, load_image, resize_for_model
 from paco_reward.local_backend import expand_image_tokens, render_prompt_ids
 from paco_reward.templates import format_answer, render_instruction
@@ -112,7 +113,7 @@ class PacoSFTCollator:
         """The supervised text of a row (without the end-of-turn token)."""
         label = int(row["label"])
         if label not in (0, 1):
-            raise ValueError(f"row {row.get('pair_id')!r}: label must be 0 or 1; got {label!r}.")
+            raise InputError(f"row {row.get('pair_id')!r}: label must be 0 or 1; got {label!r}.")
         reasons = row.get("reasons") or ""
         first = self.reasoning_first if reasoning_first is None else reasoning_first
         return (

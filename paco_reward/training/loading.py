@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from paco_reward.errors import ConfigError, PathNotFoundError
 from paco_reward.hub import HUB_KWARGS
 from paco_reward.modeling import load_evaluator, merger_module_names, vision_tower
 from paco_reward.training.sft_config import (
@@ -40,7 +41,7 @@ __all__ = [
 def build_or_locate_model(args: PacoSFTConfig) -> str:
     """The model folder to load; builds the from-scratch tiny model when ``tiny_model``."""
     if not args.model_name_or_path:
-        raise ValueError(
+        raise ConfigError(
             "model_name_or_path is not set; give a Qwen-VL-family folder or hub id (e.g. "
             "Qwen/Qwen2.5-VL-7B-Instruct, Qwen/Qwen3-VL-8B-Instruct)."
         )
@@ -66,7 +67,7 @@ def lora_target_regex(args: PacoSFTConfig) -> str:
     (Qwen2.5-VL's and Qwen3-VL's names alike: each family matches its own)."""
     unknown = sorted(set(args.lora_target_modules) - set(LM_LINEAR_LAYERS))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"lora_target_modules {unknown} are not linear layers of the language model; "
             f"choose from {list(LM_LINEAR_LAYERS)}."
         )
@@ -164,7 +165,9 @@ def load_model_and_processor(args: PacoSFTConfig):
 def load_pair_datasets(args: PacoSFTConfig):
     """``(train, eval)`` datasets from ``dataset_path`` (the pair schema) or the toy generator."""
     if not args.dataset_path:
-        raise ValueError(f"dataset_path is not set; give a pair dataset folder or {TOY_DATASET!r}.")
+        raise ConfigError(
+            f"dataset_path is not set; give a pair dataset folder or {TOY_DATASET!r}."
+        )
     if args.dataset_path == TOY_DATASET:
         from paco_reward.training.toy import colour_pair_splits
 
@@ -172,7 +175,7 @@ def load_pair_datasets(args: PacoSFTConfig):
     else:
         splits = load_pair_dataset_dict(args.dataset_path)
     if args.train_split not in splits:
-        raise ValueError(
+        raise ConfigError(
             f"train_split {args.train_split!r} not in {args.dataset_path!r} (has {list(splits)})."
         )
     train = splits[args.train_split]
@@ -181,7 +184,7 @@ def load_pair_datasets(args: PacoSFTConfig):
     evaluation = None
     if args.eval_split:
         if args.eval_split not in splits:
-            raise ValueError(
+            raise ConfigError(
                 f"eval_split {args.eval_split!r} not in {args.dataset_path!r} (has {list(splits)}); "
                 "set eval_split to one of them or to ''."
             )
@@ -207,7 +210,7 @@ def load_pair_dataset_dict(path: str | Path):
         return splits.cast_column("image_a", datasets.Image()).cast_column(
             "image_b", datasets.Image()
         )
-    raise ValueError(
+    raise PathNotFoundError(
         f"No pair dataset at {str(path)!r}: expected a DatasetDict saved with save_to_disk "
         "(dataset_dict.json), or hf/ or parquet/ inside it."
     )

@@ -51,15 +51,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from paco_reward.errors import InputError
+
 LOSS_MODES = ("paper", "reference")
 IGNORE_INDEX = -100
 
 
 def _check(alpha: float | None, mode: str) -> None:
     if mode not in LOSS_MODES:
-        raise ValueError(f"loss mode {mode!r} is not one of {LOSS_MODES}.")
+        raise InputError(f"loss mode {mode!r} is not one of {LOSS_MODES}.")
     if alpha is not None and not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha (first_token_weight) must be in [0, 1]; got {alpha!r}.")
+        raise InputError(f"alpha (first_token_weight) must be in [0, 1]; got {alpha!r}.")
 
 
 def supervised_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -135,7 +137,7 @@ def first_token_weighted_loss(
     """
     _check(alpha, mode)
     if logits.shape[:2] != labels.shape:
-        raise ValueError(
+        raise InputError(
             f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree on "
             "[batch, length]; pass the model's full logits and the collator's labels."
         )

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from paco_reward.errors import PathNotFoundError
+
 logger = logging.getLogger(__name__)
 
 
@@ -54,7 +56,7 @@ def merge_lora(
     hub = hub_kwargs(**hub)
     adapter, output_dir = Path(adapter), Path(output_dir)
     if not (adapter / "adapter_config.json").is_file():
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"{str(adapter)!r} is not a PEFT adapter folder (no adapter_config.json); pass the "
             "training output folder of a LoRA run."
         )

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from trl import SFTTrainer
 
+from paco_reward.errors import InputError, InputTypeError
 from paco_reward.modeling import load_vision_language_model, vision_tower
 from paco_reward.training.callbacks import MetricsFileCallback
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
@@ -108,9 +109,9 @@ class PacoSFTTrainer(SFTTrainer):
         **kwargs,
     ) -> None:
         if not isinstance(args, PacoSFTConfig):
-            raise TypeError(f"args must be a PacoSFTConfig; got {type(args).__name__}.")
+            raise InputTypeError(f"args must be a PacoSFTConfig; got {type(args).__name__}.")
         if processing_class is None:
-            raise ValueError("processing_class (the model's processor) is required.")
+            raise InputError("processing_class (the model's processor) is required.")
         # ---- the scorer's own collator: prompts rendered as the scorer renders them
         if data_collator is None:
             data_collator = PacoSFTCollator(

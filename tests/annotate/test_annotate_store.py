@@ -109,13 +109,13 @@ def test_old_merge_without_sources_is_not_silently_replaced(tmp_path):
 def test_config_checks(tmp_path, caplog):
     from data_pipeline.annotate import AnnotateConfig
 
-    with pytest.raises(ValueError, match="port"):
+    with pytest.raises(ConfigError, match="port"):
         AnnotateConfig(tmp_path, port=70000)
-    with pytest.raises(ValueError, match="annotator name"):
+    with pytest.raises(ConfigError, match="annotator name"):
         AnnotateConfig(tmp_path, annotator="al ice")
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(ConfigError, match="at least 8"):
         AnnotateConfig(tmp_path, key="short")
-    with pytest.raises(ValueError, match="log_level"):
+    with pytest.raises(ConfigError, match="log_level"):
         AnnotateConfig(tmp_path, log_level="loud")
     for seconds in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match="request_timeout must be a positive number"):

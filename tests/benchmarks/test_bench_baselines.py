@@ -17,6 +17,7 @@ from paco_reward.baselines import (
     OpenCLIPScorer,
     PixelScorer,
 )
+from paco_reward.errors import InputError, InputTypeError, MissingDependencyError
 
 RED = (200, 40, 40)
 
@@ -79,9 +80,9 @@ def test_function_scorer_and_bad_pairs():
     scorer = FunctionScorer(lambda a, b: a.size[0] / b.size[0])
     small, big = Image.new("RGB", (4, 4)), Image.new("RGB", (8, 8))
     assert scorer.score_pairs([(small, big)]).tolist() == [0.5]
-    with pytest.raises(TypeError, match=r"pairs\[0\] must be \(image_a, image_b"):
+    with pytest.raises(InputTypeError, match=r"pairs\[0\] must be \(image_a, image_b"):
         PixelScorer().score_pairs([small])
-    with pytest.raises(ValueError, match="size=0 must be a positive"):
+    with pytest.raises(InputError, match="size=0 must be a positive"):
         PixelScorer(size=0)
 
 
@@ -91,7 +92,7 @@ def test_function_scorer_and_bad_pairs():
 )
 def test_optional_adapters_explain_missing_package(monkeypatch, cls, module, args):
     monkeypatch.setitem(sys.modules, module, None)  # import of it raises ImportError
-    with pytest.raises(ImportError, match=f"optional package '{module}'.*pip install"):
+    with pytest.raises(MissingDependencyError, match=f"optional package '{module}'.*pip install"):
         cls(*args)
 
 

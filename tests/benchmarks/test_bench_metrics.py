@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from paco_reward.errors import InputError
 from paco_reward.metrics import (
     RANKING_METRICS,
     item_ranking_metrics,
@@ -83,15 +84,15 @@ def test_ranking_metrics_averages_items_and_skips_nan(scipy_metrics, caplog):
 
 
 def test_ranking_metrics_validation():
-    with pytest.raises(ValueError, match="one human order per item"):
+    with pytest.raises(InputError, match="one human order per item"):
         ranking_metrics([[0.1, 0.2]], [])
-    with pytest.raises(ValueError, match=r"item 0: .*not an ordering of the 3 candidates"):
+    with pytest.raises(InputError, match=r"item 0: .*not an ordering of the 3 candidates"):
         ranking_metrics([[0.1, 0.2, 0.3]], [[0, 1, 1]])
-    with pytest.raises(ValueError, match="at least 2 candidates"):
+    with pytest.raises(InputError, match="at least 2 candidates"):
         item_ranking_metrics([0.1], [0])
-    with pytest.raises(ValueError, match="contain NaN"):
+    with pytest.raises(InputError, match="contain NaN"):
         item_ranking_metrics([0.1, math.nan], [0, 1])
-    with pytest.raises(ValueError, match="not a tie rule"):
+    with pytest.raises(InputError, match="not a tie rule"):
         predicted_order([0.1, 0.2], ties="random")
 
 
@@ -104,7 +105,7 @@ def test_pairwise_accuracy_strict_and_non_strict(caplog):
     assert pairwise_accuracy(preferred, other, strict=False) == pytest.approx(3 / 4)
     assert "NaN scores left out" in caplog.text
     assert math.isnan(pairwise_accuracy([math.nan], [0.1]))
-    with pytest.raises(ValueError, match="one score per pair"):
+    with pytest.raises(InputError, match="one score per pair"):
         pairwise_accuracy([0.1, 0.2], [0.3])
 
 

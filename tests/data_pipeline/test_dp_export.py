@@ -14,6 +14,7 @@ from data_pipeline.export import ExportConfig, export_dataset, split_prompts
 from data_pipeline.pairs import read_pairs
 from data_pipeline.stats import format_table
 from data_pipeline.storage import DataPipelineError
+from paco_reward.errors import ConfigError, PathNotFoundError
 from paco_reward.templates import build_messages, format_answer, render_instruction
 
 COLUMNS = {
@@ -181,7 +182,7 @@ def test_export_requires_reasons(synthetic_run, tmp_path):
 
     ds = load_from_disk(str(out / "hf"))
     assert set(ds) == {"train"} and len(ds["train"]) == len(lines) - 3
-    with pytest.raises(ValueError, match="test_fraction must be in"):
+    with pytest.raises(ConfigError, match="test_fraction must be in"):
         ExportConfig(test_fraction=1.0)
 
 
@@ -254,7 +255,7 @@ def test_truth_pairs_are_labelled_by_ground_truth(exported):
 def test_truth_pairs_need_a_synthetic_folder(tmp_path):
     from data_pipeline.pipeline import truth_pairs
 
-    with pytest.raises(FileNotFoundError, match="synthetic work folder"):
+    with pytest.raises(PathNotFoundError, match="synthetic work folder"):
         truth_pairs(tmp_path)
 
 
@@ -277,7 +278,7 @@ def test_consistency_rank_ties_collapse_or_skip(synthetic_run, tmp_path):
         assert len(item["comp_images"]) == len(merged[instance_id]["ranking"])
     untied = {i for i, m in merged.items() if all(len(g) == 1 for g in m["ranking"])}
     assert {item["instance_id"] for item in read(skipped)} == untied
-    with pytest.raises(ValueError, match="rank_ties"):
+    with pytest.raises(ConfigError, match="rank_ties"):
         ExportConfig(rank_ties="break")
 
 
@@ -343,7 +344,7 @@ def test_two_dataset_names_share_one_dataset_info(synthetic_run, tmp_path):
     for entry in info.values():
         for record in json.loads((folder / entry["file_name"]).read_text()):
             assert all((folder / image).is_file() for image in record["images"])
-    with pytest.raises(ValueError, match="dataset_name must be letters"):
+    with pytest.raises(ConfigError, match="dataset_name must be letters"):
         ExportConfig(dataset_name="../paco")
 
 

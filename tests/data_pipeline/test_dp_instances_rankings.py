@@ -17,6 +17,7 @@ from data_pipeline.rankings import (
     pairwise_agreement,
 )
 from data_pipeline.storage import DataPipelineError
+from paco_reward.errors import ConfigError, InputError
 
 
 def _panels(n_prompts=2, grids=4, panels=4):
@@ -78,7 +79,7 @@ def test_shuffle_is_seeded():
     ],
 )
 def test_pairing_config_validation(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         PairingConfig(**kwargs)
 
 
@@ -110,7 +111,7 @@ def test_merge_borda_and_majority():
     assert majority["ranking"] == [[0], [1], [2], [3]]
     # A perfect split stays tied (and is discarded later).
     assert merge_instance([[[0], [1]], [[1], [0]]], 2)["ranking"] == [[0, 1]]
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(InputError, match="method must be one of"):
         merge_instance(rankings, 4, "median")
 
 
@@ -181,17 +182,17 @@ def test_label_rules(groups, rule, expected):
 
 
 def test_label_rule_validation():
-    with pytest.raises(ValueError, match="not both 0"):
+    with pytest.raises(ConfigError, match="not both 0"):
         LabelRule(top_k=0, bottom_k=0)
-    with pytest.raises(ValueError, match="template must be one of"):
+    with pytest.raises(ConfigError, match="template must be one of"):
         LabelRule(template="nope")
     with pytest.raises(
-        ValueError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"
+        ConfigError, match=r"ties must be one of \('drop', 'all', 'first'\); got 'x'"
     ):
         LabelRule(ties="x")
-    with pytest.raises(ValueError, match="unknown templates"):
+    with pytest.raises(ConfigError, match="unknown templates"):
         LabelRule(template_mix={"nope": 0.1})
-    with pytest.raises(ValueError, match="sum to at most 1"):
+    with pytest.raises(ConfigError, match="sum to at most 1"):
         LabelRule(template_mix={"rank": 0.7, "criteria": 0.5})
 
 

@@ -26,6 +26,7 @@ from data_pipeline.reasons import (
     parse_attribute_comparison,
 )
 from data_pipeline.synthetic import SyntheticWorld, attribute_words, panel_attributes
+from paco_reward.errors import InputError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,15 +198,15 @@ def test_store_tolerates_a_truncated_last_line(tmp_path):
 
 
 def test_validation_and_event_loop_guard(tmp_path):
-    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+    with pytest.raises(InputError, match="concurrency must be >= 1"):
         annotate_reasons([], TemplateReasoner(), tmp_path / "r.jsonl", concurrency=0)
-    with pytest.raises(ValueError, match="max_attempts must be >= 1"):
+    with pytest.raises(InputError, match="max_attempts must be >= 1"):
         annotate_reasons([], TemplateReasoner(), tmp_path / "r.jsonl", max_attempts=0)
 
     async def inside():
         annotate_reasons([], TemplateReasoner(), tmp_path / "r.jsonl")
 
-    with pytest.raises(RuntimeError, match="await aannotate_reasons"):
+    with pytest.raises(UsageError, match="await aannotate_reasons"):
         asyncio.run(inside())
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from data_pipeline.storage import DataPipelineError
 from data_pipeline.synthetic import (
     PanelSpec,
     SimulatedAnnotators,
@@ -15,6 +16,7 @@ from data_pipeline.synthetic import (
     panel_similarity,
     render_panel,
 )
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.grids import split_grid, split_panel_prompts
 
 
@@ -68,9 +70,9 @@ def test_panels_show_their_attributes():
 
 
 def test_panel_spec_rejects_unknown_values():
-    with pytest.raises(ValueError, match="palette"):
+    with pytest.raises(InputError, match="palette"):
         PanelSpec("square", "red", "plain", "white", "plain", 0, 0)
-    with pytest.raises(ValueError, match="step"):
+    with pytest.raises(InputError, match="step"):
         PanelSpec("square", "red", "plain", "warm", "plain", 0, -1)
 
 
@@ -137,18 +139,18 @@ def test_annotators_say_when_no_candidate_matches_a_broken_reference():
     [({"panel_size": 8}, "panel_size"), ({"grid_drift": 1.5}, "grid_drift")],
 )
 def test_world_validation(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         SyntheticWorld(**kwargs)
 
 
 def test_annotator_validation():
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ConfigError, match="n must be >= 1"):
         SimulatedAnnotators(n=0)
-    with pytest.raises(ValueError, match="noise and tie_margin"):
+    with pytest.raises(ConfigError, match="noise and tie_margin"):
         SimulatedAnnotators(noise=-1)
-    with pytest.raises(ValueError, match="none_consistent_below must be in"):
+    with pytest.raises(ConfigError, match="none_consistent_below must be in"):
         SimulatedAnnotators(none_consistent_below=1.25)
-    with pytest.raises(ValueError, match="not a synthetic prompt"):
+    with pytest.raises(DataPipelineError, match="not a synthetic prompt"):
         SyntheticWorld().panel_specs({"idx": "x", "layout": "2x2"}, 0)
 
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data_pipeline.storage import DataPipelineError
 from data_pipeline.synthetic import ATTRIBUTES, PanelSpec, SyntheticWorld
 from data_pipeline.world_oracle import grid_consistency, prompt_alignment, read_panel
+from paco_reward.errors import InputError
 from paco_reward.grids import split_grid
 
 
@@ -50,7 +52,7 @@ def test_oracle_reads_back_a_pipeline_folders_grid_images(synthetic_run):
     assert check["grids"] == stats["grids"] and check["panels"] == 4 * check["grids"]
     assert min(check["accuracy"].values()) >= 0.98, check
     assert check["same_consistency"] >= check["grids"] - 1
-    with pytest.raises(ValueError, match="lists no grid"):
+    with pytest.raises(DataPipelineError, match="lists no grid"):
         read_back_grids(work, load_synthetic_config(work).world(), limit=0)
 
 
@@ -66,11 +68,11 @@ def test_prompt_alignment_counts_attributes_and_pips():
 
 
 def test_oracle_rejects_what_is_not_a_panel():
-    with pytest.raises(ValueError, match="square RGB"):
+    with pytest.raises(InputError, match="square RGB"):
         read_panel(np.zeros((64, 32, 3), dtype=np.uint8))
-    with pytest.raises(ValueError, match="no character"):
+    with pytest.raises(DataPipelineError, match="no character"):
         read_panel(Image.new("RGB", (64, 64), (240, 240, 240)))
-    with pytest.raises(ValueError, match="two panels"):
+    with pytest.raises(InputError, match="two panels"):
         grid_consistency([])
 
 

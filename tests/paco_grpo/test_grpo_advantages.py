@@ -17,6 +17,7 @@ from paco_grpo.advantages import (
     weighted_advantage_sum,
     weighted_sum,
 )
+from paco_reward.errors import InputError
 
 
 def test_aggregators_closed_forms():
@@ -62,9 +63,9 @@ def test_log_taming_dynamic_thresholds(threshold, expected):
 
 
 def test_log_taming_edge_cases():
-    with pytest.raises(ValueError, match="rewards > -1"):
+    with pytest.raises(InputError, match="rewards > -1"):
         log_tamed({"a": np.array([0.5, -1.0])}, {"a": 1.0})
-    with pytest.raises(ValueError, match="must be a number, 'mean' or 'median'"):
+    with pytest.raises(InputError, match="must be a number, 'mean' or 'median'"):
         log_tamed({"a": np.array([0.5, 1.0])}, {"a": 1.0}, threshold="max")
     # zero mean: infinite heterogeneity, tamed; NaN stays NaN
     out, tamed = log_tamed({"a": np.array([-0.5, 0.5, np.nan])}, {}, return_tamed=True)
@@ -136,23 +137,23 @@ def test_legacy_uncentred_uses_aggregated_reward():
 
 
 def test_validation_errors():
-    with pytest.raises(ValueError, match="Unknown aggregator 'sum'"):
+    with pytest.raises(InputError, match="Unknown aggregator 'sum'"):
         compute_advantages({"a": [1.0]}, {}, [0], "sum")
-    with pytest.raises(ValueError, match="normalization must be one of"):
+    with pytest.raises(InputError, match="normalization must be one of"):
         compute_advantages({"a": [1.0]}, {}, [0], normalization="raw")
-    with pytest.raises(ValueError, match="std_scope must be one of"):
+    with pytest.raises(InputError, match="std_scope must be one of"):
         group_normalize([1.0], [0], std_scope="batch")
-    with pytest.raises(ValueError, match="std_floor must be > 0"):
+    with pytest.raises(InputError, match="std_floor must be > 0"):
         group_normalize([1.0], [0], std_floor=0.0)
-    with pytest.raises(ValueError, match="2 group ids for 1 scores"):
+    with pytest.raises(InputError, match="2 group ids for 1 scores"):
         group_normalize([1.0], [0, 1])
-    with pytest.raises(ValueError, match="weights name rewards that were not computed"):
+    with pytest.raises(InputError, match="weights name rewards that were not computed"):
         weighted_sum({"a": [1.0]}, {"b": 1.0})
-    with pytest.raises(ValueError, match="rewards is empty"):
+    with pytest.raises(InputError, match="rewards is empty"):
         weighted_sum({}, {})
-    with pytest.raises(ValueError, match="weights must be >= 0"):
+    with pytest.raises(InputError, match="weights must be >= 0"):
         weighted_sum({"a": [1.0]}, {"a": -1.0})
-    with pytest.raises(ValueError, match="geometric_mean needs rewards >= 0"):
+    with pytest.raises(InputError, match="geometric_mean needs rewards >= 0"):
         geometric_mean({"a": [-0.1]}, {})
-    with pytest.raises(ValueError, match="harmonic_mean needs rewards > 0"):
+    with pytest.raises(InputError, match="harmonic_mean needs rewards > 0"):
         harmonic_mean({"a": [0.0]}, {})

@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from paco_grpo.cli import (
-    TinyEditArguments,
-    TinyFlux2Arguments,
-    TinyFluxArguments,
-    TinyOCRArguments,
-    TinyQwenImageArguments,
-    TinySD3Arguments,
-    main,
-)
+from paco_grpo.cli import COMMANDS, TinyArguments, main, tiny_command_name
 from paco_grpo.grpo_config import EvalSection, GRPOConfig, TrainSection
+from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_reward.command_line import parse_config
 from paco_reward.errors import ConfigError
 
@@ -34,16 +27,10 @@ RUNNABLE = sorted(
     for p in Path("recipes").glob("grpo_*.yaml")
     if "paco-grpo train " in p.read_text().splitlines()[0]
 )
-# Builders of the tiny offline pipelines, and the pipeline each builds by default.
-BUILDERS = {
-    "tiny-flux": (TinyFluxArguments, "flux"),
-    "tiny-edit": (TinyEditArguments, None),
-    "tiny-sd3": (TinySD3Arguments, "sd3"),
-    "tiny-flux2": (TinyFlux2Arguments, None),
-    "tiny-qwen-image": (TinyQwenImageArguments, "qwen_image"),
-}
-# Builders of the tiny reward models a recipe reads with: reward name -> builder command.
-REWARD_BUILDERS = {"tiny-ocr": (TinyOCRArguments, "ocr")}
+# The command that builds each registered pipeline's tiny model -> the pipeline.
+BUILDERS = {tiny_command_name(name): name for name in PIPELINE_SPECS}
+# The tiny reward models a recipe reads with: builder command -> the reward reading it.
+REWARD_BUILDERS = {"tiny-ocr": "ocr"}
 
 
 def first_line_commands(recipe: str) -> tuple[list[list[str]], list[str], list[list[str]]]:
@@ -74,13 +61,12 @@ def test_each_recipe_loads_as_its_first_line_runs_it(recipe):
     if not flags:  # the command line loads what the Python loader does
         assert cfg == GRPOConfig.from_yaml(recipe)
     if builds:
-        cls, pipeline = BUILDERS[builds[0][0]]
-        args = parse_config(cls, builds[0][1:])
+        args = parse_config(TinyArguments, builds[0][1:])
         assert args.output_dir == cfg.model_name_or_path
-        assert (pipeline or args.pipeline) == cfg.pipeline
+        assert BUILDERS[builds[0][0]] == cfg.pipeline
     for build in builds[1:]:
-        cls, reward = REWARD_BUILDERS[build[0]]
-        assert parse_config(cls, build[1:]).output_dir == cfg.reward_kwargs[reward]["model"]
+        model = parse_config(TinyArguments, build[1:]).output_dir
+        assert model == cfg.reward_kwargs[REWARD_BUILDERS[build[0]]]["model"]
     for variant in variants:
         parse_config(GRPOConfig, [recipe, *flags, *variant], recipe=True)
 
@@ -264,6 +250,29 @@ def test_cli_trains_tiny_recipe(tmp_path, capsys):
     assert code == 0
     assert "epoch 1: reward/panel_colour_agreement/mean=" in capsys.readouterr().out
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_one_tiny_command_per_registered_pipeline(tmp_path, capsys):
+    """``paco-grpo tiny-<pipeline>`` comes from the registry and writes what the pipeline's
+    diffusers class loads."""
+    tiny = [c.name for c in COMMANDS if c.name.startswith("tiny-")]
+    assert tiny == [tiny_command_name(name) for name in PIPELINE_SPECS]
+    assert main(["tiny-sd3", str(tmp_path / "sd3"), "--seed", "1"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "sd3")
+    index = json.loads((tmp_path / "sd3" / "model_index.json").read_text())
+    assert index["_class_name"] == "StableDiffusion3Pipeline"
+
+
+@pytest.mark.parametrize("pipeline", list(PIPELINE_SPECS))
+def test_lora_targets_left_out_are_the_pipelines_own(pipeline, tmp_path):
+    """Never FLUX.1's list on another model: left out, ``lora_target_modules`` is the
+    pipeline's default, and the saved config names them."""
+    spec = PIPELINE_SPECS[pipeline]
+    prompts = "p.parquet" if spec.edits else "p.txt"
+    cfg = GRPOConfig.from_dict({**BASE, "prompt_file": prompts, "pipeline": pipeline})
+    assert cfg.lora_target_modules == list(spec.lora_target_modules)
+    cfg.save_json(tmp_path / "config.json")
+    assert GRPOConfig.from_yaml(tmp_path / "config.json") == cfg
 
 
 def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):

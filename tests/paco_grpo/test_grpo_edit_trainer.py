@@ -15,10 +15,11 @@ from PIL import Image
 
 from paco_grpo.cli import main
 from paco_grpo.data import load_prompts
-from paco_grpo.grpo_config import QWEN_IMAGE_LORA_TARGETS, GRPOConfig
+from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
+from paco_grpo.pipelines.qwen_image import QWEN_IMAGE_LORA_TARGETS
 from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext, write_tiny_edit_prompts
-from paco_reward.errors import PromptError
+from paco_reward.errors import ConfigError, PromptError
 from paco_reward.images import image_hash
 
 RECIPE = "recipes/grpo_kontext_tiny_cpu.yaml"
@@ -159,7 +160,7 @@ def test_qwen_image_edit_trainer_runs_and_checkpoint_reloads(tmp_path):
     model_dir = build_tiny_qwen_image_edit(tmp_path / "qwen", seed=0)
     overrides = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "out")}
     overrides.update({"report_to": [], "num_train_epochs": 2, "test.every": 2})
-    overrides.update({"test.num_prompts": 2, "lora_target_modules": QWEN_IMAGE_LORA_TARGETS})
+    overrides.update({"test.num_prompts": 2, "lora_target_modules": None})
     cfg = GRPOConfig.from_yaml(QWEN_RECIPE, overrides)
     reward = _MeanColourReward()
     trainer = GRPOTrainer(cfg, rewards={"panel_colour_agreement": reward})
@@ -192,7 +193,7 @@ def test_qwen_image_edit_trainer_runs_and_checkpoint_reloads(tmp_path):
 
 def test_cli_builds_tiny_kontext_and_trains_the_edit_recipe(tmp_path, capsys):
     model_dir = tmp_path / "tiny_kontext"
-    assert main(["tiny-edit", str(model_dir)]) == 0
+    assert main(["tiny-flux-kontext", str(model_dir)]) == 0
     code = main(
         [
             "train",
@@ -227,7 +228,7 @@ def test_editing_recipes_parse_and_validate():
         1.0,
     )
     assert qwen.train.noise_steps == [1, 2, 3, 4] and qwen.negative_prompt == " "
-    assert qwen.lora_target_modules == QWEN_IMAGE_LORA_TARGETS
+    assert qwen.lora_target_modules == list(QWEN_IMAGE_LORA_TARGETS)  # its pipeline's default
     tiny = GRPOConfig.from_yaml(RECIPE)
     assert tiny.pipeline == "flux_kontext" and tiny.prompt_file == PROMPTS
     qwen_tiny = GRPOConfig.from_yaml(QWEN_RECIPE)
@@ -315,21 +316,21 @@ def test_trainer_rejects_a_pipeline_of_the_wrong_type(kontext_dir, tmp_path):
     from diffusers import FluxKontextPipeline
 
     cfg = _config(kontext_dir, tmp_path, pipeline="qwen_image_edit")
-    with pytest.raises(ValueError, match="needs a diffusers QwenImageEditPipeline; got a Flux"):
+    with pytest.raises(ConfigError, match="needs a diffusers QwenImageEditPipeline; got a Flux"):
         GRPOTrainer(cfg, pipeline=FluxKontextPipeline.from_pretrained(kontext_dir))
 
 
 def test_editing_config_validation():
     base = {"model_name_or_path": "m", "rewards": {"panel_colour_agreement": 1.0}}
-    with pytest.raises(ValueError, match=r"pipeline must be one of \('flux', .*'flux_kontext'"):
+    with pytest.raises(ConfigError, match=r"pipeline must be one of \('flux', .*'flux_kontext'"):
         GRPOConfig.from_dict({**base, "prompt_file": "p.parquet", "pipeline": "kontext"})
-    with pytest.raises(ValueError, match="prompt_file must be \\(prompt, image\\) parquet"):
+    with pytest.raises(ConfigError, match="prompt_file must be \\(prompt, image\\) parquet"):
         GRPOConfig.from_dict({**base, "prompt_file": "p.txt", "pipeline": "flux_kontext"})
-    with pytest.raises(ValueError, match="prompt_file must be .* prompt_format='text'"):
+    with pytest.raises(ConfigError, match="prompt_file must be .* prompt_format='text'"):
         GRPOConfig.from_dict(
             {**base, "prompt_file": "p.parquet", "pipeline": "qwen_image_edit", "prompt_format": "text"}
         )  # fmt: skip
-    with pytest.raises(ValueError, match="test.prompt_file must be"):
+    with pytest.raises(ConfigError, match="test.prompt_file must be"):
         GRPOConfig.from_dict(
             {**base, "prompt_file": "p.parquet", "pipeline": "flux_kontext",
              "test": {"prompt_file": "t.jsonl"}}

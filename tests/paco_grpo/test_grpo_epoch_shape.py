@@ -6,6 +6,7 @@ import pytest
 
 from paco_grpo.epoch_shape import EpochShape, EpochShapeError, allowed_process_counts
 from paco_grpo.grpo_config import GRPOConfig
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.launch import LaunchError, check_single_job
 
 
@@ -47,7 +48,7 @@ def test_a_number_for_one_process_count_is_checked_on_another():
 @pytest.mark.parametrize("value", [0, -1, "some", 1.5])
 def test_gradient_accumulation_steps_is_a_positive_integer_or_auto(value):
     with pytest.raises(
-        ValueError, match="gradient_accumulation_steps must be a positive integer or 'auto'"
+        ConfigError, match="gradient_accumulation_steps must be a positive integer or 'auto'"
     ):
         _plan(1, gradient_accumulation_steps=value)
 
@@ -73,7 +74,7 @@ def test_minibatches_split_to_the_count_every_process_runs():
     more = rollout.minibatches(samples, epoch=0, iteration=0, count=5)
     assert len(more) == 5 and sorted(i for b in more for i in b) == list(range(9))
     assert all(len({samples[i]["size"] for i in b}) == 1 for b in more)
-    with pytest.raises(ValueError, match="cannot split 9 samples into 10 minibatches"):
+    with pytest.raises(InputError, match="cannot split 9 samples into 10 minibatches"):
         rollout.minibatches(samples, epoch=0, iteration=0, count=10)
 
 

@@ -34,14 +34,13 @@ import yaml
 
 from paco_grpo.advantages import compute_advantages
 from paco_grpo.grpo_config import GRPOConfig
-from paco_grpo.pipelines import get_pipeline_spec
+from paco_grpo.pipelines import PIPELINE_SPECS, get_pipeline_spec
 
 PROBE = str(Path(__file__).with_name("launch_probe.py"))
 FAST = {
     "num_train_epochs": 1,
     "dtype": "float32",
     "mixed_precision": "no",
-    "max_sequence_length": 32,
     "report_to": "none",
     "num_sample_images": 0,
 }
@@ -58,45 +57,34 @@ def launch_config(recipe: str) -> tuple[Path, int]:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from paco_grpo.testing.flux import build_tiny_flux
-    from paco_grpo.testing.flux2 import build_tiny_flux2, build_tiny_flux2_klein
-    from paco_grpo.testing.flux_kontext import build_tiny_flux_kontext
-    from paco_grpo.testing.qwen_image import build_tiny_qwen_image
-    from paco_grpo.testing.qwen_image_edit import build_tiny_qwen_image_edit
-    from paco_grpo.testing.sd3 import build_tiny_sd3
+def models(tiny_pipeline_dir, tmp_path_factory):
+    """Pipeline name -> its tiny model folder, and ``clip`` -> a tiny CLIP."""
     from paco_reward.testing.clip import build_tiny_clip
     from paco_reward.testing.got_ocr2 import build_tiny_got_ocr2
 
     root = tmp_path_factory.mktemp("launch-models")
     return {
-        "flux": build_tiny_flux(root / "flux"),
-        "flux_kontext": build_tiny_flux_kontext(root / "kontext"),
-        "qwen_image": build_tiny_qwen_image(root / "qwen_image"),
-        "qwen_image_edit": build_tiny_qwen_image_edit(root / "qwen_edit"),
-        "sd3": build_tiny_sd3(root / "sd3"),
-        "flux2": build_tiny_flux2(root / "flux2"),
-        "flux2_klein": build_tiny_flux2_klein(root / "flux2_klein"),
+        **{name: tiny_pipeline_dir(name) for name in PIPELINE_SPECS},
         "clip": build_tiny_clip(root / "clip"),
         "ocr": build_tiny_got_ocr2(root / "ocr"),
     }
 
 
-def _overrides(recipe: str, models: dict) -> dict:
+def _overrides(recipe: str, models: dict, tiny: dict) -> dict:
     recipe_cfg = GRPOConfig.from_yaml(recipe)
     pipeline = recipe_cfg.pipeline
     _, nproc = launch_config(recipe)
+    resolution = tiny[pipeline].resolution  # the tiny VAE's sides
     out = {
         **FAST,
         "model_name_or_path": str(models[pipeline]),
+        "max_sequence_length": tiny[pipeline].max_sequence_length,
         # Fewer denoising steps, the recipe's trained noise steps kept: the distribution does
         # not depend on them, and sampling 672 images at 10 steps is most of a run's compute.
         "train.num_steps": max(recipe_cfg.train.noise_steps) + 2,
         "test.num_steps": 2,
         "test.num_prompts": nproc,  # one test prompt per process still gathers across them
     }
-    if pipeline == "qwen_image":  # the tiny tokenizer spends ~48 tokens on the prompt template
-        out["max_sequence_length"] = 64
     if not get_pipeline_spec(pipeline).edits:  # text-to-image sets
         rewards, kwargs = {"panel_colour_agreement": 1.0, "clip_t": 1.0}, {}
         if "ocr" in recipe_cfg.rewards:  # the OCR task keeps its reward, read by the tiny GOT-OCR
@@ -104,17 +92,16 @@ def _overrides(recipe: str, models: dict) -> dict:
             kwargs = {"ocr": {"model": str(models["ocr"]), "dtype": "float32", "max_new_tokens": 2}}
         return {
             **out,
-            "train.resolution": 32,
-            "test.resolution": 32,
+            "train.resolution": resolution,
+            "test.resolution": resolution,
             "rewards": rewards,
             "reward_kwargs": {**kwargs, "clip_t": {"model": str(models["clip"])}},
         }
-    resolution = 64 if pipeline == "qwen_image_edit" else 32  # the tiny VAEs' multiples
     return {
         **out,
         **COLOUR,
         "reward_kwargs": {"panel_colour_agreement": {"layout": "2x2"}},
-        "prompt_file": "recipes/data/tiny_edit_prompts.parquet",
+        "prompt_file": GRPOConfig.from_yaml(tiny[pipeline].recipe).prompt_file,  # its toy data
         "train.resolution": resolution,
         "test.resolution": resolution,
     }
@@ -159,35 +146,29 @@ GRPO_RECIPES = sorted(
 
 
 @pytest.fixture(scope="module")
-def launched(models, tmp_path_factory) -> dict[str, tuple]:
+def launched(models, tiny, tmp_path_factory) -> dict[str, tuple]:
     """Every real-size recipe launched: one ``accelerate launch`` per accelerate config, its
     recipes trained one after the other in the same processes (start-up is most of a tiny
     launch's time)."""
     by_config: dict[tuple[Path, int], dict[str, dict]] = {}
     for recipe in GRPO_RECIPES:
-        by_config.setdefault(launch_config(recipe), {})[recipe] = _overrides(recipe, models)
+        by_config.setdefault(launch_config(recipe), {})[recipe] = _overrides(recipe, models, tiny)
     results = {}
     for (config, nproc), runs in by_config.items():
         results.update(_launch(config, nproc, runs, tmp_path_factory.mktemp(config.stem)))
     return results
 
 
-def test_every_real_size_recipe_names_a_launch():
-    assert {Path(r).name for r in GRPO_RECIPES} >= {
-        "grpo_flux_t2is.yaml",
-        "grpo_flux_ocr.yaml",
-        "grpo_kontext_edit.yaml",
-        "grpo_qwen_image_edit.yaml",
-        "grpo_sd35_t2is.yaml",
-        "grpo_qwen_image_t2is.yaml",
-    }
+def test_every_registered_pipeline_has_a_real_size_recipe_that_names_a_launch():
+    assert {GRPOConfig.from_yaml(r).pipeline for r in GRPO_RECIPES} == set(PIPELINE_SPECS)
+    assert "grpo_flux_ocr.yaml" in {Path(r).name for r in GRPO_RECIPES}  # a second FLUX.1 task
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", GRPO_RECIPES)
-def test_recipe_launches_on_its_process_count(recipe, models, launched):
+def test_recipe_launches_on_its_process_count(recipe, models, tiny, launched):
     config, nproc = launch_config(recipe)
-    cfg = GRPOConfig.from_yaml(recipe, _overrides(recipe, models))
+    cfg = GRPOConfig.from_yaml(recipe, _overrides(recipe, models, tiny))
     ranks, stdout, run_dir = launched[recipe]
 
     # one job: the main process's start-up line names N processes (training, then resuming)

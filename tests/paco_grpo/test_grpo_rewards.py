@@ -18,6 +18,7 @@ from paco_grpo.rewards import (
     build_reward,
     build_rewards,
 )
+from paco_grpo.testing.flux_kontext import write_tiny_edit_prompts
 from paco_reward.errors import LayoutError, PromptError
 
 
@@ -193,6 +194,29 @@ def test_load_parquet_prompt_image_pairs(tmp_path):
     pq.write_table(pa.table({"prompt": [""], "image": [b""]}), tmp_path / "np.parquet")
     with pytest.raises(PromptError, match="row 0 needs a non-empty 'prompt'"):
         load_prompts(tmp_path / "np.parquet")
+
+
+def test_a_parquet_image_cell_may_list_several_references(tmp_path):
+    """A multi-reference edit's ``image`` cell is a list: the references in order, the first
+    also the source; the same references in another order are another (id, images) pair."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from paco_grpo.data import edit_references
+
+    path = write_tiny_edit_prompts(tmp_path / "plus.parquet", references=2)
+    items = load_prompts(path)
+    assert [[im.size for im in edit_references(it)] for it in items] == [
+        [(48, 48), (48, 48)], [(96, 48), (48, 48)], [(48, 48), (48, 96)], [(96, 48), (48, 96)],
+    ]  # fmt: skip
+    assert all(it.metadata["source_image"] is edit_references(it)[0] for it in items)
+    rows = pq.read_table(path).to_pylist()
+    swapped = [{**rows[0], "image": rows[0]["image"][::-1]}, rows[0]]
+    pq.write_table(pa.Table.from_pylist(swapped), tmp_path / "swapped.parquet")
+    assert len(load_prompts(tmp_path / "swapped.parquet")) == 2
+    pq.write_table(pa.Table.from_pylist([rows[0], rows[0]]), tmp_path / "dupe.parquet")
+    with pytest.raises(PromptError, match="duplicate prompt ids"):
+        load_prompts(tmp_path / "dupe.parquet")
 
 
 def test_prompt_loader_errors(tmp_path):

@@ -16,7 +16,7 @@ from paco_grpo.rewards import (
     build_reward,
     build_rewards,
 )
-from paco_reward.errors import RewardServerError
+from paco_reward.errors import ConfigError, RewardServerError
 from paco_reward.grids import split_grid
 from paco_reward.images import load_image
 
@@ -137,6 +137,29 @@ def test_edit_consistency_equals_score_edit(tiny_reward, random_images):
     np.testing.assert_array_equal(asyncio.run(reward.acall(edited, prompts, meta)), scores)
     missing = reward(edited[:1], prompts[:1], [{}])
     assert np.isnan(missing[0]) and reward.num_failed == 1
+
+
+def test_a_multi_reference_edit_is_scored_against_each_reference(tiny_reward, random_images):
+    """Each reference is scored as the edit's source (``score_edit``); the item's reward is
+    their mean, or their minimum; one reference is the single-source reward."""
+    sources = random_images(3, size=(48, 32), seed=5)
+    (edited,) = _grids(1, seed=6)
+    prompt = "the fox of picture 2 in the forest of picture 1"
+    each = [tiny_reward.score_edit(s, edited, prompt).overall for s in sources]
+    assert len(set(each)) == 3  # the references score differently
+    metadata = [{"source_image": sources[0], "source_images": sources}]
+    mean = build_reward("edit_consistency", model=tiny_reward)([edited], [prompt], metadata)
+    np.testing.assert_allclose(mean, [np.mean(each)], rtol=1e-6)
+    worst = build_reward("edit_consistency", model=tiny_reward, reference_aggregation="min")
+    np.testing.assert_allclose(worst([edited], [prompt], metadata), [min(each)], rtol=1e-6)
+    np.testing.assert_array_equal(
+        asyncio.run(worst.acall([edited], [prompt], metadata)), worst([edited], [prompt], metadata)
+    )
+    single = build_reward("edit_consistency", model=tiny_reward)
+    one = single([edited], [prompt], [{"source_images": sources[:1]}])
+    np.testing.assert_allclose(one, [each[0]], rtol=1e-6)
+    with pytest.raises(ConfigError, match="reference_aggregation must be one of"):
+        build_reward("edit_consistency", model=tiny_reward, reference_aggregation="max")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from scipy.stats import norm
 from paco_grpo.scheduling_flow_grpo import FlowGRPOScheduler
 from paco_grpo.sde import cps_step, sde_step
 from paco_grpo.timesteps import flux_schedule, image_seq_len, sd3_schedule
+from paco_reward.errors import InputError
 
 
 def _closed_form(x, v, sigma, sigma_next, a, sigma_max, eps):
@@ -83,7 +84,7 @@ def test_noise_level_zero_is_diffusers_euler_step():
 
 
 def test_negative_noise_level_raises():
-    with pytest.raises(ValueError, match="noise_level must be >= 0"):
+    with pytest.raises(InputError, match="noise_level must be >= 0"):
         sde_step(torch.zeros(1, 2), torch.zeros(1, 2), 0.5, 0.4, -0.1, 0.9)
 
 
@@ -125,15 +126,15 @@ def test_scheduler_default_is_the_sde_step():
 
 def test_cps_validation():
     z = torch.zeros(1, 2)
-    with pytest.raises(ValueError, match=r"CPS noise_level must be in \[0, 1\].*got 1.5"):
+    with pytest.raises(InputError, match=r"CPS noise_level must be in \[0, 1\].*got 1.5"):
         cps_step(z, z, 0.5, 0.4, 1.5)
-    with pytest.raises(ValueError, match=r"log_prob must be one of \('gaussian', 'released'\)"):
+    with pytest.raises(InputError, match=r"log_prob must be one of \('gaussian', 'released'\)"):
         cps_step(z, z, 0.5, 0.4, 0.8, log_prob="mse")
-    with pytest.raises(ValueError, match=r"sde_type must be one of \('sde', 'cps'\); got 'ode'"):
+    with pytest.raises(InputError, match=r"sde_type must be one of \('sde', 'cps'\); got 'ode'"):
         FlowGRPOScheduler(0.7, sde_type="ode")
-    with pytest.raises(ValueError, match="cps_log_prob must be one of"):
+    with pytest.raises(InputError, match="cps_log_prob must be one of"):
         FlowGRPOScheduler(0.7, sde_type="cps", cps_log_prob="mse")
-    with pytest.raises(ValueError, match=r"noise_level must be in \[0, 1\] for CPS; got 1.2"):
+    with pytest.raises(InputError, match=r"noise_level must be in \[0, 1\] for CPS; got 1.2"):
         FlowGRPOScheduler(1.2, sde_type="cps")
 
 
@@ -159,7 +160,7 @@ def test_higher_resolution_shifts_sigmas_up():
 
 
 def test_schedule_rejects_zero_steps():
-    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+    with pytest.raises(InputError, match="num_steps must be >= 1"):
         flux_schedule(FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True), 0, 64)
 
 
@@ -182,5 +183,5 @@ def test_sd3_schedule_is_the_static_shift_closed_form_at_any_resolution():
     dynamic = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, max_shift=1.2)
     assert sd3_schedule(dynamic, 10, 4096).mu == pytest.approx(1.2)
     assert sd3_schedule(dynamic, 10, 256).mu == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+    with pytest.raises(InputError, match="num_steps must be >= 1"):
         sd3_schedule(scheduler, 0, 64)

@@ -11,6 +11,7 @@ import pytest
 
 from paco_grpo.rewards.consistency import ConsistencyReward
 from paco_reward import PacoReward, RewardServerError
+from paco_reward.errors import InputError
 from paco_reward.server import ServerConfig, ServerThread, create_app, free_port
 
 MODEL_NAME = "tiny-paco"  # served by the live_server fixture (tests/server/conftest.py)
@@ -54,9 +55,9 @@ def test_all_replicas_down_raises_and_never_scores(random_images):
 
 
 def test_replica_list_is_checked():
-    with pytest.raises(ValueError, match="base_url must be"):
+    with pytest.raises(InputError, match="base_url must be"):
         PacoReward.from_server([], MODEL_NAME)
-    with pytest.raises(ValueError, match="lists a replica twice"):
+    with pytest.raises(InputError, match="lists a replica twice"):
         PacoReward.from_server(["http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1/"], MODEL_NAME)
 
 

@@ -7,6 +7,7 @@ import io
 import pytest
 import torch
 
+from paco_reward.errors import InputError, PromptError
 from paco_reward.images import resize_for_model
 from paco_reward.local_backend import expand_image_tokens
 from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator, format_reasoning_first
@@ -116,12 +117,12 @@ def test_encoded_image_dicts_and_max_length(rows, backend):
 
 def test_bad_label_raises(rows, backend):
     row = dict(rows[0], label=2)
-    with pytest.raises(ValueError, match="label must be 0 or 1; got 2"):
+    with pytest.raises(InputError, match="label must be 0 or 1; got 2"):
         PacoSFTCollator(backend.processor)([row])
 
 
 def test_placeholder_count_mismatch_raises():
-    with pytest.raises(ValueError, match="2 image placeholders but 1 images"):
+    with pytest.raises(PromptError, match="2 image placeholders but 1 images"):
         expand_image_tokens([5, 1, 5], image_token_id=5, tokens_per_image=[3])
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from paco_reward.errors import InputError
 from paco_reward.training.loss import first_token_weighted_loss, loss_normaliser, token_weights
 
 IGN = -100
@@ -106,12 +107,12 @@ def test_batch_without_supervised_tokens_gives_zero_loss_with_gradient():
     ],
 )
 def test_invalid_arguments_raise(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(InputError, match=match):
         first_token_weighted_loss(
             torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), **kwargs
         )
 
 
 def test_shape_mismatch_raises():
-    with pytest.raises(ValueError, match=r"disagree on \[batch, length\]"):
+    with pytest.raises(InputError, match=r"disagree on \[batch, length\]"):
         first_token_weighted_loss(torch.zeros(1, 3, 4), torch.zeros(1, 4, dtype=torch.long))

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from paco_reward import PacoReward
+from paco_reward.errors import PathNotFoundError
 from paco_reward.training import PacoSFTConfig
 from paco_reward.training.cli import run_training
 from paco_reward.training.merge import merge_lora
@@ -65,7 +66,7 @@ def test_merged_scores_equal_base_plus_adapter(lora_run, tiny_model_dir, tmp_pat
 
 
 def test_merge_rejects_a_folder_without_adapter(tmp_path, tiny_model_dir):
-    with pytest.raises(FileNotFoundError, match="is not a PEFT adapter folder"):
+    with pytest.raises(PathNotFoundError, match="is not a PEFT adapter folder"):
         merge_lora(tiny_model_dir, tiny_model_dir, tmp_path / "x")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paco_reward.errors import ConfigError
+from paco_reward.errors import ConfigError, InputTypeError, PathNotFoundError
 from paco_reward.training import PacoSFTCollator, PacoSFTConfig, PacoSFTTrainer
 from paco_reward.training.callbacks import read_metrics
 from paco_reward.training.loading import build_trainer, load_model_and_processor, lora_config
@@ -251,13 +251,13 @@ def test_config_validation(tmp_path, overrides, match):
 
 
 def test_bad_lora_targets_and_missing_inputs_raise(tmp_path, tiny_model_dir):
-    with pytest.raises(ValueError, match=r"lora_target_modules \['qkv'\] are not linear layers"):
+    with pytest.raises(ConfigError, match=r"lora_target_modules \['qkv'\] are not linear layers"):
         load_model_and_processor(_config(tmp_path, tiny_model_dir, lora_target_modules=["qkv"]))
-    with pytest.raises(ValueError, match="model_name_or_path is not set"):
+    with pytest.raises(ConfigError, match="model_name_or_path is not set"):
         load_model_and_processor(PacoSFTConfig(output_dir=str(tmp_path)))
-    with pytest.raises(ValueError, match="No pair dataset at"):
+    with pytest.raises(PathNotFoundError, match="No pair dataset at"):
         build_trainer(_config(tmp_path, tiny_model_dir, dataset_path=str(tmp_path)))
-    with pytest.raises(TypeError, match="args must be a PacoSFTConfig"):
+    with pytest.raises(InputTypeError, match="args must be a PacoSFTConfig"):
         PacoSFTTrainer(None, args=json, train_dataset=[])
 
 
