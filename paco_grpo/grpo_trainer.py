@@ -66,7 +66,7 @@ from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
 from paco_grpo.tracking import RunLog, save_image_grid
 from paco_reward.devices import resolve_device
 from paco_reward.errors import InputError
-from paco_reward.launch import check_single_job
+from paco_reward.launch import check_single_job, launched_nodes
 from paco_reward.planning import check_plan
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,8 @@ class GRPOTrainer:
         self.plan = check_plan(
             lambda gpu_gb: plan_grpo(cfg, num_processes=state.num_processes, gpu_memory_gb=gpu_gb,
                                      sharded=state.distributed_type == DistributedType.FSDP,
-                                     built_rewards=list(rewards or ())),
+                                     built_rewards=list(rewards or ()),
+                                     num_machines=launched_nodes()),
             device, skip=cfg.skip_plan_check, is_main_process=state.is_main_process,
         )  # fmt: skip
 

@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -21,10 +22,24 @@ from paco_grpo.architectures import pipeline_configs
 from paco_grpo.epoch_shape import EpochShape
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec
-from paco_reward.architectures import build_empty, count_parameters, model_config
-from paco_reward.planning import Component, GiB, Plan, PlanOptions, activation_bytes
+from paco_reward.architectures import (
+    ArchitectureError,
+    build_empty,
+    count_parameters,
+    model_config,
+)
+from paco_reward.launch import is_loopback
+from paco_reward.planning import (
+    Component,
+    GiB,
+    Plan,
+    PlanOptions,
+    activation_bytes,
+    dtype_bytes,
+    node_facts,
+)
 
-__all__ = ["GRPOPlanConfig", "plan_grpo", "transformer_activation_bytes"]
+__all__ = ["GRPOPlanConfig", "plan_grpo", "reward_server_facts", "transformer_activation_bytes"]
 
 
 @dataclass
@@ -33,12 +48,14 @@ class GRPOPlanConfig(GRPOConfig, PlanOptions):
     launch to plan it for."""
 
     def plan(self) -> Plan:
-        return plan_grpo(self, num_processes=self.num_processes,
+        return plan_grpo(self, num_processes=self.num_processes, num_machines=self.num_machines,
                          gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
 
 
 # The scorer's dtype on a GPU (PacoReward's default there) and CLIP's (its reward's default).
 _REWARD_DTYPES = {"consistency": "bfloat16", "edit_consistency": "bfloat16"}
+# What recipes/serve_rewards.sh serves in (vllm serve and paco-reward serve alike).
+SERVER_DTYPE = "bfloat16"
 
 
 def _tokens(resolution: int, vae_scale: int = 8, patch: int = 2) -> int:
@@ -129,6 +146,78 @@ def _reward_components(config: GRPOConfig, built: Collection[str] = ()) -> list[
     return out
 
 
+def _served_rewards(config: GRPOConfig, built: Collection[str]) -> dict[str, list[tuple]]:
+    """``{server URL: [(reward, model name), ...]}`` of the rewards the config scores on a
+    server, training and test rewards alike (a list of replicas is one entry per URL)."""
+    sections = [(config.rewards, config.reward_kwargs)]
+    if config.test.rewards is not None or config.test.reward_kwargs is not None:
+        sections.append((config.test.rewards or config.rewards,
+                         config.test.reward_kwargs or config.reward_kwargs))  # fmt: skip
+    served: dict[str, list[tuple]] = {}
+    for rewards, reward_kwargs in sections:
+        for name in rewards:
+            kwargs = (reward_kwargs or {}).get(name) or {}
+            urls = kwargs.get("server_url")
+            if name in built or not urls:
+                continue
+            for url in [urls] if isinstance(urls, str) else urls:
+                entry = (name, str(kwargs.get("model")))
+                if entry not in served.setdefault(url, []):
+                    served[url].append(entry)
+    return served
+
+
+def _server_weights(model: str) -> str:
+    """What the served ``model``'s weights take on its GPU, where its architecture is known."""
+    try:
+        params = count_parameters(build_empty(model_config(model)))
+    except ArchitectureError:
+        return (
+            f"weights not counted: {model!r} is a served name (plan with the model's hub id "
+            "or folder as its `model` to count them)"
+        )
+    gib = params * dtype_bytes(SERVER_DTYPE) / GiB
+    return f"{params / 1e9:.2f} B parameters, {gib:.1f} GiB of {SERVER_DTYPE} weights"
+
+
+def reward_server_facts(
+    config: GRPOConfig, num_processes: int, num_machines: int = 1, built: Collection[str] = ()
+) -> dict[str, Any]:
+    """A plan's facts about the reward servers ``config`` scores on: for each server URL,
+    what it serves, who calls it and its weights. A loopback URL (``127.0.0.1``) is
+    node-local: each node runs its own server on its own reward GPU (the paper's 7 + 1 on
+    every node, ``recipes/launch_multinode.sh``), called by that node's processes only, so
+    ``gpus_per_node`` counts one GPU per node-local server beside the training processes.
+    Any other URL is one server that every process calls. No facts without a served reward.
+
+    Example:
+        >>> cfg = GRPOConfig.from_yaml("recipes/grpo_qwen_image_t2is.yaml")  # doctest: +SKIP
+        >>> reward_server_facts(cfg, num_processes=14, num_machines=2)["gpus_per_node"]  # doctest: +SKIP
+        8
+    """
+    served = _served_rewards(config, built)
+    if not served:
+        return {}
+    per_node = num_processes // num_machines
+    lines, local = [], 0
+    for url, rewards in served.items():
+        names = ", ".join(f"{reward} ({model})" for reward, model in rewards)
+        weights = "; ".join(dict.fromkeys(_server_weights(model) for _, model in rewards))
+        if is_loopback(urlsplit(url).hostname or ""):
+            local += 1
+            where = (
+                f"node-local: one on each node's reward GPU ({num_machines} in all), each "
+                f"called by its node's {per_node} process(es)"
+            )
+        else:
+            where = f"one server, called by all {num_processes} process(es)"
+        lines.append(f"{url} serves {names}: {where}; {weights}")
+    return {
+        "reward_servers": " | ".join(lines),
+        "gpus_per_node": per_node + local,
+    }
+
+
 def plan_grpo(
     config: GRPOConfig,
     *,
@@ -136,17 +225,21 @@ def plan_grpo(
     gpu_memory_gb: float | None = None,
     sharded: bool = False,
     built_rewards: Collection[str] = (),
+    num_machines: int = 1,
 ) -> Plan:
-    """The memory of one training process of ``config`` launched on ``num_processes``
-    (``sharded``: FSDP, the transformer and its LoRA states divided among them), and whether
-    it fits ``gpu_memory_gb``. The rewards named in ``built_rewards`` are objects the caller
-    built (``GRPOTrainer(config, rewards=...)``): listed, not counted, since their models
-    need not be those ``config.reward_kwargs`` names.
+    """The memory of one training process of ``config`` launched on ``num_processes`` in
+    all, over ``num_machines`` nodes (``sharded``: FSDP, the transformer and its LoRA states
+    divided among them), and whether it fits ``gpu_memory_gb``; with the reward servers the
+    config scores on (:func:`reward_server_facts`). The rewards named in ``built_rewards``
+    are objects the caller built (``GRPOTrainer(config, rewards=...)``): listed, not
+    counted, since their models need not be those ``config.reward_kwargs`` names.
 
     Raises:
         EpochShapeError: when the epoch does not split over ``num_processes``.
+        ConfigError: when ``num_processes`` does not split over ``num_machines``.
         ArchitectureError: when the generator or a reward model has no known architecture.
     """
+    nodes = node_facts(num_processes, num_machines)
     shape = EpochShape.from_config(config, num_processes)
     dtype = config.dtype
     torch_dtype = getattr(torch, dtype)
@@ -214,6 +307,8 @@ def plan_grpo(
         gpu_memory_bytes=memory,
         facts={
             "processes": num_processes,
+            **nodes,
+            **reward_server_facts(config, num_processes, num_machines, built_rewards),
             "images_per_process_per_epoch": shape.images_per_process,
             "micro_batch": config.per_device_train_batch_size,
             "gradient_accumulation_steps": shape.gradient_accumulation_steps,

@@ -8,8 +8,10 @@ arguments. A value on the command line is read as YAML, exactly like the same ke
 recipe (``--rewards "{clip_t: 1.0}"``, ``--noise_steps 1 2``, ``--flag`` / ``--flag false``
 / ``--no_flag`` / ``--no-flag``); a plain ``str`` field keeps its text; a list flag given
 twice adds to the list (``--scorer a --scorer b``); a field without a default is a required
-flag. A command with ``recipe=True`` takes a YAML file of its fields first; flags override
-it (and may leave out what the file gives).
+flag. One entry of a mapping field is set alone with a dotted flag
+(``--reward_kwargs.consistency.server_url http://127.0.0.1:8001/v1``), the rest of the
+mapping kept. A command with ``recipe=True`` takes a YAML file of its fields first; flags
+override it (and may leave out what the file gives).
 
 Exit codes: 0 done, 1 an error (one line naming the input, no traceback; ``-v`` shows it),
 2 a usage error (argparse). ``-v`` logs INFO, ``-vv`` DEBUG.
@@ -38,7 +40,14 @@ from typing import Any
 
 from paco_reward.errors import ConfigError
 
-__all__ = ["Command", "config_field", "parse_config", "run_cli"]
+__all__ = [
+    "Command",
+    "config_field",
+    "mapping_fields",
+    "parse_config",
+    "run_cli",
+    "split_entry_flags",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +257,82 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: 
             _add_field(parser, f, tp, prefix, required)
 
 
+def mapping_fields(cls: type, prefix: str = "") -> list[str]:
+    """The dotted names of ``cls``'s fields that hold a mapping (``dict``), nested sections
+    included: those whose entries a dotted flag may set one by one.
+
+    Example:
+        >>> from dataclasses import make_dataclass
+        >>> Recipe = make_dataclass("Recipe", [("seed", int), ("kwargs", dict)])
+        >>> mapping_fields(Recipe)
+        ['kwargs']
+    """
+    hints = typing.get_type_hints(cls)
+    names = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        inner, _ = _unwrap_optional(hints.get(f.name, str))
+        if dataclasses.is_dataclass(inner):
+            names += mapping_fields(inner, f"{prefix}{f.name}.")
+        elif inner is dict or typing.get_origin(inner) is dict:
+            names.append(prefix + f.name)
+    return names
+
+
+def split_entry_flags(cls: type, argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """``argv`` without the flags that set one entry of a mapping field of ``cls``
+    (``--reward_kwargs.consistency.server_url URL`` or ``--name.key=VALUE``), and those
+    entries as ``{"dotted.key": value}`` (the value read as YAML), in the order given.
+
+    Raises:
+        ConfigError: for such a flag without a value.
+
+    Example:
+        >>> from dataclasses import make_dataclass
+        >>> Recipe = make_dataclass("Recipe", [("seed", int), ("reward_kwargs", dict)])
+        >>> split_entry_flags(Recipe, ["--reward_kwargs.clip_t.model", "m", "--seed", "1"])
+        (['--seed', '1'], {'reward_kwargs.clip_t.model': 'm'})
+    """
+    mappings = sorted(mapping_fields(cls), key=len, reverse=True)  # the longest name first
+    rest: list[str] = []
+    entries: dict[str, Any] = {}
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":  # what follows is no option
+            rest += [arg, *args]
+            break
+        flag, has_value, value = arg.partition("=")
+        path = flag[2:] if flag.startswith("--") else ""
+        field_name = next(
+            (m for m in mappings if path[: len(m) + 1].replace("-", "_") == f"{m}."), None
+        )
+        if field_name is None or len(path) == len(field_name) + 1:
+            rest.append(arg)
+            continue
+        if not has_value:
+            value = next(args, None)
+            if value is None or value.startswith("--"):
+                raise ConfigError(f"{flag} sets one entry of {field_name}: it needs a value.")
+        entries[field_name + path[len(field_name) :]] = _yaml_value(value)
+    return rest, entries
+
+
+def _parse(parser: argparse.ArgumentParser, cls: type | None,
+           argv: Sequence[str]) -> argparse.Namespace:  # fmt: skip
+    """``parser.parse_args`` of ``argv`` with the mapping-entry flags of ``cls`` (none without
+    a class: argparse then says what is wrong) set on the namespace as dotted names, after
+    the other flags: an entry wins over its whole mapping."""
+    try:
+        rest, entries = split_entry_flags(cls, argv) if cls is not None else (argv, {})
+    except ConfigError as err:
+        parser.error(str(err))
+    namespace = parser.parse_args(rest)
+    for key, value in entries.items():
+        setattr(namespace, key, value)
+    return namespace
+
+
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``values`` with each ``{"dotted.key": value}`` set (a value replaces, never merges).
 
@@ -342,7 +427,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, *, recipe: bool =
     if recipe:
         parser.add_argument("recipe", help="YAML file of config fields; flags override it")
     add_dataclass_arguments(parser, cls, required=not recipe)
-    return config_from_namespace(cls, parser.parse_args(argv), recipe)
+    return config_from_namespace(cls, _parse(parser, cls, argv), recipe)
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -364,13 +449,15 @@ def run_cli(prog: str, description: str, commands: Sequence[Command],
     if len(commands) == 1:
         (command,) = commands
         targets = {None: command}
+        chosen_cls = command.resolve()
         if command.recipe:
             parser.add_argument("recipe", help="YAML file of config fields; flags override it")
-        add_dataclass_arguments(parser, command.resolve(), required=not command.recipe)
+        add_dataclass_arguments(parser, chosen_cls, required=not command.recipe)
     else:
         sub = parser.add_subparsers(dest="_command", required=True, metavar="COMMAND")
         targets = {command.name: command for command in commands}
         chosen = next((a for a in argv if not a.startswith("-")), None)
+        chosen_cls = targets[chosen].resolve() if chosen in targets else None
         for command in commands:
             p = sub.add_parser(command.name, help=command.help, description=command.help)
             p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
@@ -379,8 +466,8 @@ def run_cli(prog: str, description: str, commands: Sequence[Command],
                 continue
             if command.recipe:
                 p.add_argument("recipe", help="YAML file of config fields; flags override it")
-            add_dataclass_arguments(p, command.resolve(), required=not command.recipe)
-    namespace = parser.parse_args(argv)
+            add_dataclass_arguments(p, chosen_cls, required=not command.recipe)
+    namespace = _parse(parser, chosen_cls, argv)
     verbosity = getattr(namespace, "verbose", 0) or 0
     command = targets[getattr(namespace, "_command", None)]
     _configure_logging(verbosity)

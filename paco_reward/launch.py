@@ -13,12 +13,13 @@ trainers call :func:`check_single_job` right after their
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 
 from paco_reward.errors import LaunchError
 
-__all__ = ["LaunchError", "check_single_job"]
+__all__ = ["LaunchError", "check_single_job", "is_loopback", "launched_nodes"]
 
 
 def check_single_job(num_processes: int, environ: Mapping[str, str] | None = None) -> None:
@@ -42,3 +43,33 @@ def check_single_job(num_processes: int, environ: Mapping[str, str] | None = Non
         "`ACCELERATE_USE_CPU=1 accelerate launch --num_processes N ...` (or ACCELERATE_USE_CPU=1 "
         "torchrun ...; `accelerate launch --cpu` starts a single process)."
     )
+
+
+def launched_nodes(environ: Mapping[str, str] | None = None) -> int:
+    """The nodes of this launch, as the launcher tells each rank: ``WORLD_SIZE`` over
+    ``LOCAL_WORLD_SIZE`` (torchrun and ``accelerate launch`` set both); 1 without them.
+
+    Example:
+        >>> launched_nodes({"WORLD_SIZE": "14", "LOCAL_WORLD_SIZE": "7"})
+        2
+    """
+    environ = os.environ if environ is None else environ
+    world, local = environ.get("WORLD_SIZE"), environ.get("LOCAL_WORLD_SIZE")
+    if not world or not local or int(world) % int(local):
+        return 1
+    return int(world) // int(local)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is this machine's own loopback: a server
+    bound there is reachable from this machine only, i.e. node-local in a launch of several
+    nodes.
+
+    Example:
+        >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("10.0.0.7")
+        (True, True, False)
+    """
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from paco_reward.errors import InputError, PlanError
+from paco_reward.errors import ConfigError, InputError, PlanError
 
 __all__ = [
     "ActivationEstimate",
@@ -42,6 +42,7 @@ __all__ = [
     "check_plan",
     "dtype_bytes",
     "gpu_memory_bytes",
+    "node_facts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -215,7 +216,15 @@ class PlanOptions:
     num_processes: int = field(
         default=1,
         metadata={
-            "help": "Processes (GPUs) of the launch; the recipe's batch arithmetic splits over them."
+            "help": "Processes (GPUs) of the launch, on all its nodes together (as accelerate "
+            "launch counts them); the recipe's batch arithmetic splits over them."
+        },
+    )
+    num_machines: int = field(
+        default=1,
+        metadata={
+            "help": "Nodes of the launch (accelerate launch's --num_machines); each runs "
+            "num_processes / num_machines processes."
         },
     )
     gpu_memory_gb: float | None = field(
@@ -241,6 +250,29 @@ class PlanOptions:
 
         print(json.dumps(plan.to_dict(), indent=2) if self.json else plan.table())
         return 0
+
+
+def node_facts(num_processes: int, num_machines: int) -> dict[str, int]:
+    """A plan's facts about the nodes of a launch of ``num_processes`` processes in all over
+    ``num_machines`` nodes (accelerate's counts): none for one node.
+
+    Raises:
+        ConfigError: when the processes do not split evenly over the nodes.
+
+    Example:
+        >>> node_facts(14, 2)
+        {'nodes': 2, 'processes_per_node': 7}
+    """
+    if num_machines < 1 or num_processes % num_machines:
+        raise ConfigError(
+            f"num_processes {num_processes} do not split over num_machines {num_machines}: "
+            "num_processes counts the processes of all nodes (as accelerate launch does), so "
+            f"give processes per node x nodes, e.g. {7 * max(num_machines, 1)} for "
+            f"{max(num_machines, 1)} node(s) of 7 training processes."
+        )
+    if num_machines == 1:
+        return {}
+    return {"nodes": num_machines, "processes_per_node": num_processes // num_machines}
 
 
 # ----------------------------------------------------------------------------- activations

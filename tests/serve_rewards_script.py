@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,11 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextmanager
 def serve_rewards(
-    models: dict[str, Path], log: Path, timeout: float, **variables: str
+    models: dict[str, Path],
+    log: Path,
+    timeout: float,
+    flags: Sequence[str] = (),
+    **variables: str,
 ) -> Iterator[str]:
     """Run the script on ``models`` (served name -> folder) with the environment
-    ``variables`` (``GPUS``, ``ENGINE``, ...) on a free port; yield its API root once its
-    ``/health`` answers 200. Then SIGTERM it and check that every process it started ended."""
+    ``variables`` (``GPUS``, ``SERVER``, ...) and the servers' ``flags`` on a free port; yield
+    its API root once its ``/health`` answers 200. Then SIGTERM it and check that every
+    process it started ended."""
     port = free_port()
     env = {
         **os.environ,
@@ -39,7 +44,7 @@ def serve_rewards(
     }
     with open(log, "wb") as out:
         script = subprocess.Popen(
-            ["bash", "recipes/serve_rewards.sh"], cwd=ROOT, env=env, stdout=out, stderr=out
+            ["bash", "recipes/serve_rewards.sh", *flags], cwd=ROOT, env=env, stdout=out, stderr=out
         )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from paco_reward.command_line import Command, config_field, parse_config, run_cli
+from paco_reward.command_line import (
+    Command,
+    config_field,
+    mapping_fields,
+    parse_config,
+    run_cli,
+)
 
 
 @dataclass(kw_only=True)
@@ -94,3 +100,58 @@ def test_yaml_words_stay_words_where_transformers_expects_a_string(tmp_path):
     # A number where the union takes none stays text, and transformers names the bad value.
     with pytest.raises(ValueError, match="7 is not a valid IntervalStrategy"):
         parse_config(PacoSFTConfig, [str(recipe), "--eval_strategy", "7"], recipe=True)
+
+
+@dataclass(kw_only=True)
+class Recipe:
+    """A recipe whose mappings take one entry at a time."""
+
+    seed: int = config_field(0, help="an int")
+    reward_kwargs: dict[str, dict] = config_field(dict, help="a mapping of mappings")
+    rewards: dict[str, float] | None = config_field(None, help="an optional mapping")
+
+
+def test_a_dotted_flag_sets_one_entry_of_a_mapping(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "reward_kwargs:\n  consistency: {model: X, template: consistency}\n  clip_t: {model: C}\n"
+    )
+    config = parse_config(
+        Recipe,
+        [str(recipe), "--reward_kwargs.consistency.server_url", "http://127.0.0.1:8001/v1",
+         "--reward-kwargs.consistency.model=PaCo", "--seed", "2", "--rewards.clip_t", "0.5"],
+        recipe=True,
+    )  # fmt: skip
+    assert config.reward_kwargs == {
+        "consistency": {"model": "PaCo", "template": "consistency",
+                        "server_url": "http://127.0.0.1:8001/v1"},
+        "clip_t": {"model": "C"},
+    }  # fmt: skip
+    assert config.seed == 2 and config.rewards == {"clip_t": 0.5}  # read as YAML
+    # an entry wins over its whole mapping given on the same line, wherever it stands
+    argv = [str(recipe), "--reward_kwargs.clip_t.model", "D", "--reward_kwargs", "{clip_t: {}}"]
+    assert parse_config(Recipe, argv, recipe=True).reward_kwargs == {"clip_t": {"model": "D"}}
+
+
+def test_the_mappings_of_a_grpo_recipe_take_entry_flags_in_their_sections_too():
+    from paco_grpo.grpo_config import GRPOConfig
+
+    assert mapping_fields(GRPOConfig) == [
+        "rewards", "model_init_kwargs", "reward_kwargs", "test.rewards", "test.reward_kwargs"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--reward_kwargs.clip_t.model"], "--reward_kwargs.clip_t.model sets one entry of "
+                                           "reward_kwargs: it needs a value"),
+        (["--reward_kwargs.clip_t.model", "--seed", "1"], "it needs a value"),
+        (["--seed.x", "1"], "unrecognized arguments: --seed.x 1"),
+    ],
+)  # fmt: skip
+def test_entry_flags_without_a_value_or_a_mapping_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as usage:
+        run_cli("prog", "test", [Command("run", Recipe, lambda args: 0, "run")], argv)
+    assert usage.value.code == 2
+    assert message in capsys.readouterr().err

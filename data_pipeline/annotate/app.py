@@ -18,9 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from data_pipeline.annotate.config import AnnotateConfig, is_loopback
+from data_pipeline.annotate.config import AnnotateConfig
 from data_pipeline.annotate.routes import api, pages, public
 from data_pipeline.annotate.store import AnnotateError, AnnotationStore
+from paco_reward.launch import is_loopback
 from paco_reward.server.limits import BodyLimitMiddleware, request_deadline_protocol
 
 logger = logging.getLogger(__name__)

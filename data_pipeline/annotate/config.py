@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import os
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from paco_reward.errors import ConfigError, InputError
+from paco_reward.launch import is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +63,6 @@ def canonical_annotator(name: str) -> str:
     """
     folded = unicodedata.normalize("NFKC", name).casefold()
     return NOT_LETTER_OR_DIGIT_AT_ENDS.sub("", folded) or folded
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

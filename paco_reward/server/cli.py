@@ -15,7 +15,6 @@ holds for every model it serves; each per-model option (``--adapter``, ``--devic
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
+from paco_reward.launch import is_loopback
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.gateway_config import GatewayConfig
 
@@ -151,15 +151,8 @@ def _key_from_environment(api_key: str | None) -> str | None:
     return api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _warn_if_open(host: str, api_key: str | None) -> None:
-    if not _is_loopback(host) and not api_key:
+    if not is_loopback(host) and not api_key:
         logger.warning(
             "Serving on %s without --api_key: anyone who can reach this address can use the "
             "model. Set --api_key (or $%s) or bind 127.0.0.1.",

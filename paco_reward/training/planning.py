@@ -23,6 +23,7 @@ from paco_reward.planning import (
     Plan,
     PlanOptions,
     activation_bytes,
+    node_facts,
 )
 from paco_reward.training.sft_config import PacoSFTConfig
 
@@ -40,7 +41,7 @@ class SFTPlanConfig(PacoSFTConfig, PlanOptions):
         super().__post_init__()
 
     def plan(self) -> Plan:
-        return plan_sft(self, num_processes=self.num_processes,
+        return plan_sft(self, num_processes=self.num_processes, num_machines=self.num_machines,
                         gpu_memory_gb=self.gpu_memory_gb, sharded=self.sharded)  # fmt: skip
 
 
@@ -172,16 +173,19 @@ def plan_sft(
     num_processes: int = 1,
     gpu_memory_gb: float | None = None,
     sharded: bool = False,
+    num_machines: int = 1,
     architecture: dict[str, Any] | None = None,
     shape: SFTShape | None = None,
 ) -> Plan:
     """The memory of one process of the SFT recipe ``config`` (a ``PacoSFTConfig``) on
-    ``num_processes`` (``sharded``: ZeRO-2, gradients and optimizer states divided among
-    them, as ``recipes/accelerate/sft_zero2.yaml`` launches), and whether it fits.
+    ``num_processes`` in all, over ``num_machines`` nodes (``sharded``: ZeRO-2, gradients
+    and optimizer states divided among them, as ``recipes/accelerate/sft_zero2.yaml``
+    launches), and whether it fits.
 
     ``architecture``: the model's config as a dict (default: ``model_name_or_path``'s, a
     local folder's or the shipped one); ``shape``: the tokens of a pair (default: the
     recipe's pixel ceiling, :data:`PROMPT_TOKENS` and :data:`ANSWER_TOKENS`)."""
+    nodes = node_facts(num_processes, num_machines)
     dtype = _weights_dtype(config)
     architecture = architecture or model_config(config.model_name_or_path)
     model, base = _meta_model(config, architecture)
@@ -230,6 +234,7 @@ def plan_sft(
         gpu_memory_bytes=memory,
         facts={
             "processes": num_processes,
+            **nodes,
             "pairs_per_optimizer_step": pairs,
             "image_tokens_per_image": shape.image_tokens,
             "not_counted": "the frozen vision tower's transient forward memory, CUDA context "

@@ -7,8 +7,11 @@ after the other in the same processes, so a launch pays the processes' start-up 
         OUT_PREFIX train RECIPE --flag value ... [--next train RECIPE2 ...]
 
 Writes ``OUT_PREFIX.<run>.rank<r>.json`` per run: per epoch the slots, items, local rewards
-and the advantages the rank trained on; the LoRA digest after training and after resuming.
-The main process prints ``launch_probe: run <run>`` before each run.
+and the advantages the rank trained on; the LoRA digest after training and after resuming;
+the rank's node (torchrun's ``GROUP_RANK``) and, for each reward scored on a server, the
+server's URL and its ``/health`` once training is over (every scoring request of the run
+answered: the epoch's rewards are gathered before it trains). The main process prints
+``launch_probe: run <run>`` before each run.
 """
 
 from __future__ import annotations
@@ -17,8 +20,14 @@ import hashlib
 import json
 import os
 import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
 
 from paco_grpo import cli
+from paco_grpo.advantages import compute_advantages
+from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer
 from paco_grpo.rollout import Rollout
 
@@ -31,6 +40,18 @@ def _digest(trainer: GRPOTrainer) -> str:
     for p in trainer.params:
         digest.update(p.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()
+
+
+def _reward_servers(trainer: GRPOTrainer) -> dict[str, dict[str, dict]]:
+    """``{reward: {server URL: its /health now}}`` for the rewards scored on servers."""
+    servers = {}
+    for name, reward in trainer.rewards.items():
+        backend = getattr(getattr(reward, "evaluator", None), "backend", None)
+        urls = getattr(backend, "base_urls", None) or []
+        servers[name] = {
+            url: httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json() for url in urls
+        }
+    return {name: health for name, health in servers.items() if health}
 
 
 def _record_rollout(sample_epoch):
@@ -62,6 +83,7 @@ def _keep(init):
     def wrapped(self, *args, **kwargs):
         init(self, *args, **kwargs)
         TRAINERS.append(self)
+        RECORD.setdefault("lora_start", _digest(self))  # fresh, or as a resumed run loaded it
 
     return wrapped
 
@@ -81,6 +103,8 @@ def run(out_prefix: str, index: int, argv: list[str]) -> int:
     RECORD["reward_devices"] = {
         n: str(getattr(r, "device", None)) for n, r in trained.rewards.items()
     }
+    RECORD["node"] = int(os.environ.get("GROUP_RANK", "0"))
+    RECORD["reward_servers"] = _reward_servers(trained)
     RECORD["optimizer_steps_per_epoch"] = trained.optimizer_steps_per_epoch
     RECORD["lora_trained"] = _digest(trained)
     # resume the last checkpoint in these processes: the LoRA loads as it was saved
@@ -109,6 +133,34 @@ def main(out_prefix: str, argv: list[str]) -> int:
         if code:
             return code
     return 0
+
+
+# ---------------------------------------------------------------- reading the records
+def read_ranks(out_prefix, run: int, nproc: int) -> list[dict]:
+    """The records of run ``run``, one per rank, in rank order."""
+    return [json.loads(Path(f"{out_prefix}.{run}.rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def gathered_advantages(
+    cfg: GRPOConfig, ranks: list[dict], epoch: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The advantages the ranks trained on in their ``epoch``-th recorded epoch, in rank
+    order, and those computed in one process from the rewards gathered over all ranks."""
+    records = [r["epochs"][epoch] for r in ranks]
+    gathered = {n: np.concatenate([e["rewards"][n] for e in records]) for n in cfg.rewards}
+    keys = ranks[0]["group_keys"]
+    items = [i for e in records for i in e["items"]]
+    expected = compute_advantages(
+        gathered,
+        dict(cfg.rewards),
+        [keys[i] for i in items],
+        aggregator=cfg.aggregator,
+        threshold=cfg.log_taming_threshold,
+        std_scope=cfg.std_scope,
+        std_floor=cfg.std_floor,
+        normalization=cfg.normalization,
+    ).advantages
+    return np.concatenate([e["advantages"] for e in records]), expected
 
 
 if __name__ == "__main__":

@@ -256,7 +256,8 @@ def test_one_tiny_command_per_registered_pipeline(tmp_path, capsys):
     """``paco-grpo tiny-<pipeline>`` comes from the registry and writes what the pipeline's
     diffusers class loads."""
     tiny = [c.name for c in COMMANDS if c.name.startswith("tiny-")]
-    assert tiny == [tiny_command_name(name) for name in PIPELINE_SPECS]
+    pipelines = [tiny_command_name(name) for name in PIPELINE_SPECS]
+    assert tiny == [*pipelines, "tiny-ocr"]  # and the OCR reward's reader
     assert main(["tiny-sd3", str(tmp_path / "sd3"), "--seed", "1"]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "sd3")
     index = json.loads((tmp_path / "sd3" / "model_index.json").read_text())

@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 import yaml
 
-from paco_grpo.advantages import compute_advantages
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import PIPELINE_SPECS, get_pipeline_spec
+from tests.paco_grpo.launch_probe import gathered_advantages, read_ranks
 
 PROBE = str(Path(__file__).with_name("launch_probe.py"))
 FAST = {
@@ -131,11 +131,7 @@ def _launch(config: Path, nproc: int, runs: dict[str, dict], out: Path) -> dict[
     stdouts = re.split(r"^launch_probe: run \d+\n", proc.stdout, flags=re.M)[1:]
     assert len(stdouts) == len(runs), proc.stdout[-2000:]
     return {
-        recipe: (
-            [json.loads((out / f"probe.{i}.rank{r}.json").read_text()) for r in range(nproc)],
-            stdouts[i],
-            out / f"run{i}",
-        )
+        recipe: (read_ranks(out / "probe", i, nproc), stdouts[i], out / f"run{i}")
         for i, recipe in enumerate(runs)
     }
 
@@ -188,24 +184,12 @@ def test_recipe_launches_on_its_process_count(recipe, models, tiny, launched):
     assert sorted(s for share in slots for s in share) == list(range(images))
 
     # the advantages each rank trained on are those of the gathered groups, in one process
-    names = list(cfg.rewards)
-    gathered = {n: np.concatenate([r["epochs"][0]["rewards"][n] for r in ranks]) for n in names}
-    keys = ranks[0]["group_keys"]
-    items = [i for r in ranks for i in r["epochs"][0]["items"]]
-    expected = compute_advantages(
-        gathered,
-        dict(cfg.rewards),
-        [keys[i] for i in items],
-        aggregator=cfg.aggregator,
-        threshold=cfg.log_taming_threshold,
-        std_scope=cfg.std_scope,
-        std_floor=cfg.std_floor,
-        normalization=cfg.normalization,
-    ).advantages
-    trained = np.concatenate([r["epochs"][0]["advantages"] for r in ranks])
+    trained, expected = gathered_advantages(cfg, ranks)
     np.testing.assert_allclose(trained, expected, rtol=0, atol=1e-12)
     assert np.abs(trained).max() > 0  # the rewards told the images apart
     # groups spread over processes exactly as the epoch's list was dealt
+    keys = ranks[0]["group_keys"]
+    items = [i for r in ranks for i in r["epochs"][0]["items"]]
     assert len({keys[i] for i in items}) <= cfg.prompts_per_epoch
 
     # at least one optimizer step, as the epoch shape says; a checkpoint that resumes

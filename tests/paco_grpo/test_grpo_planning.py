@@ -18,7 +18,13 @@ from paco_grpo.architectures import pipeline_configs
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.planning import plan_grpo
 from paco_reward import planning
-from paco_reward.architectures import ArchitectureError, build_empty
+from paco_reward.architectures import (
+    ArchitectureError,
+    build_empty,
+    count_parameters,
+    model_config,
+)
+from paco_reward.errors import ConfigError
 from paco_reward.planning import GiB, PlanError, check_plan
 
 
@@ -108,6 +114,42 @@ def test_served_rewards_and_sharding_take_their_memory_away():
     (t_local,) = [c for c in local.components if c.name.startswith("transformer")]
     (t_sharded,) = [c for c in sharded.components if c.name.startswith("transformer")]
     assert t_sharded.bytes == pytest.approx(t_local.bytes / 8, abs=2)
+
+
+def test_two_nodes_plan_a_judge_on_each_node():
+    """``--num_machines``: the paper's recipe on 2 nodes x 7 processes, a process's memory as
+    on one node; a loopback judge is one server per node on the node's reward GPU (8 GPUs a
+    node), with its weights counted; a shared judge is one server for all; processes that do
+    not split over the nodes are refused."""
+    node_local = GRPOConfig.from_yaml(
+        "recipes/grpo_flux_t2is.yaml",
+        {"reward_kwargs.consistency.server_url": "http://127.0.0.1:8000/v1"},
+    )
+    one_node = plan_grpo(node_local, num_processes=7, gpu_memory_gb=80)
+    plan = plan_grpo(node_local, num_processes=14, num_machines=2, gpu_memory_gb=80)
+    assert plan.per_process_bytes == one_node.per_process_bytes
+    facts = plan.facts
+    assert (facts["processes"], facts["nodes"], facts["processes_per_node"]) == (14, 2, 7)
+    assert (facts["gpus_per_node"], one_node.facts["gpus_per_node"]) == (8, 8)
+    assert facts["images_per_process_per_epoch"] == 42 * 16 // 14
+    assert "nodes" not in one_node.facts
+    servers = facts["reward_servers"]
+    assert servers.startswith("http://127.0.0.1:8000/v1 serves consistency")
+    assert "node-local: one on each node's reward GPU (2 in all)" in servers
+    assert "each called by its node's 7 process(es)" in servers
+    judge = count_parameters(build_empty(model_config("X-GenGroup/PaCo-Reward-7B")))
+    assert f"{judge / 1e9:.2f} B parameters, {2 * judge / GiB:.1f} GiB of bfloat16" in servers
+
+    shared = GRPOConfig.from_yaml(
+        "recipes/grpo_flux_t2is.yaml",
+        {"reward_kwargs.consistency": {"model": "PaCo-Reward-7B", "server_url": "http://judge:8000/v1"}},
+    )  # fmt: skip
+    facts = plan_grpo(shared, num_processes=14, num_machines=2).facts
+    assert "one server, called by all 14 process(es)" in facts["reward_servers"]
+    assert "'PaCo-Reward-7B' is a served name" in facts["reward_servers"]  # no weights to count
+    assert facts["gpus_per_node"] == 7
+    with pytest.raises(ConfigError, match="num_processes 15 do not split over num_machines 2"):
+        plan_grpo(node_local, num_processes=15, num_machines=2)
 
 
 def test_the_qwen_image_recipe_fits_the_paper_layout_with_the_evaluator_served():

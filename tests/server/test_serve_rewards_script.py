@@ -23,7 +23,7 @@ def test_two_models_behind_one_port_without_vllm(
     images = random_images(4, size=(64, 48), seed=51)
     pairs = [(images[0], images[1], "a fox"), (images[2], images[3], "a cat")]
     # GPUS empty: no GPU pinning, the CPU here
-    variables = {"GPUS": "", "DTYPE": "float32", "ENGINE": "paco"}
+    variables = {"GPUS": "", "DTYPE": "float32", "SERVER": "paco"}
     with serve_rewards(models, tmp_path / "script.log", timeout=180, **variables) as base_url:
         listed = [e["id"] for e in httpx.get(base_url + "/models").json()["data"]]
         assert listed == list(models)

@@ -9,7 +9,8 @@ import pytest
 
 from paco_reward.command_line import parse_config
 from paco_reward.errors import ConfigError
-from paco_reward.server.cli import API_KEY_ENV, GatewayArguments, ServeArguments, _is_loopback
+from paco_reward.launch import is_loopback
+from paco_reward.server.cli import API_KEY_ENV, GatewayArguments, ServeArguments
 from paco_reward.server.config import ServerConfig
 
 
@@ -109,4 +110,4 @@ def test_gateway_arguments(monkeypatch):
     ],
 )
 def test_loopback_detection(host, loopback):
-    assert _is_loopback(host) is loopback
+    assert is_loopback(host) is loopback

@@ -58,7 +58,7 @@ def test_an_unknown_model_is_named():
 def test_the_qwen3_vl_recipe_adapts_layers_its_real_architecture_has():
     """Qwen3-VL-8B-Instruct (its published config, on the meta device): every LoRA target
     of the recipe is a linear layer of each of its 36 decoder layers, and the plan counts
-    the model, the LoRA and 32 x 32 pixels a vision token."""
+    the model, the LoRA and 32 x 32 pixels a vision token (on 2 nodes of 4 processes)."""
     import torch
     from peft import get_peft_model
 
@@ -80,7 +80,8 @@ def test_the_qwen3_vl_recipe_adapts_layers_its_real_architecture_has():
         assert len(adapted) == text["num_hidden_layers"], name
         assert all(".language_model.layers." in n for n in adapted), name
 
-    plan = plan_sft(cfg, num_processes=8, gpu_memory_gb=80, sharded=True)
+    plan = plan_sft(cfg, num_processes=8, gpu_memory_gb=80, sharded=True, num_machines=2)
+    assert (plan.facts["nodes"], plan.facts["processes_per_node"]) == (2, 4)  # 2 nodes x 4
     parts = {c.name: c for c in plan.components}
     assert parts["model (Qwen3VLForConditionalGeneration)"].parameters == pytest.approx(
         8.77e9, rel=0.01

@@ -21,15 +21,6 @@ from tests.serve_rewards_script import serve_rewards
 JUDGES = ("judge-seed-0", "judge-seed-1")
 
 
-def cpu_flags() -> str:
-    """:data:`CPU_ARGS` as the script's ``VLLM_ARGS`` (split on spaces: compact JSON)."""
-    flags = [
-        json.dumps(json.loads(a), separators=(",", ":")) if a[0] == "{" else a for a in CPU_ARGS
-    ]
-    assert not any(" " in flag for flag in flags)
-    return " ".join(flags)
-
-
 @pytest.fixture(scope="module")
 def second_model_dir(tmp_path_factory):
     """The session's vLLM-compatible tiny evaluator with other weights (seed 1)."""
@@ -53,11 +44,11 @@ def script(vllm_model_dir, second_model_dir, tmp_path_factory):
         "UPSTREAM_PORTS": ",".join(map(str, upstream_ports)),
         "GPUS": "",  # a CPU
         "DTYPE": "float32",
-        "ENGINE": "vllm",
-        "VLLM_ARGS": cpu_flags(),
+        "SERVER": "vllm",
     }
     log = tmp_path_factory.mktemp("serve-rewards") / "script.log"
-    with serve_rewards(models, log, timeout=900, **variables) as gateway:
+    # the CPU flags go to each vLLM server, as any flags after the models do
+    with serve_rewards(models, log, timeout=900, flags=CPU_ARGS, **variables) as gateway:
         yield gateway, {name: f"http://127.0.0.1:{p}/v1" for name, p in zip(JUDGES, upstream_ports)}
 
 
