@@ -20,8 +20,8 @@ Routes:
 Errors use OpenAI's body ``{"error": {"message", "type", "code"}}``; a bad request never
 stops the server, and a ``model`` it does not serve is a 404 listing the served names. Every
 response carries an ``X-Request-ID``; an internal error is logged with it and answered
-without its text. The routes live in :mod:`paco_reward.server.routes`,
-the request bodies in :mod:`paco_reward.server.schemas`.
+without its text. The routes live in :mod:`paco_reward.server.routes`, the served models in
+:mod:`paco_reward.server.state`, the request bodies in :mod:`paco_reward.server.schemas`.
 
     >>> app = create_app(LocalBackend.from_pretrained("model/"), ServerConfig("tiny"))  # doctest: +SKIP
 """

@@ -3,6 +3,7 @@
 
     paco-reward serve ./PaCo-Reward-7B --port 8000
     paco-reward serve Qwen/Qwen2.5-VL-7B-Instruct --adapter ./lora --api_key "$KEY"
+    paco-reward serve ./model --max_batch_size 64 --max_body_bytes 134217728
     paco-reward serve ./PaCo-Reward-7B ./gemma-3-4b-it --served_model_name PaCo-Reward-7B \\
         Gemma-3-4B-IT --device cuda:0 cuda:1
     paco-reward gateway PaCo-Reward-7B=http://127.0.0.1:8001/v1 \\
