@@ -96,6 +96,6 @@ def run(ctx: DemoContext) -> None:
             ],
         ],
     )
-    print(f"server micro-batches: {health['batching']}; server stopped")
+    print(f"server micro-batches: {health['models']['paco-demo']['batching']}; server stopped")
     ctx.artifacts["server_throughput"] = {"in_process": in_process, "server": load.pairs_per_s}
     assert load.errors == 0

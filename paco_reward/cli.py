@@ -1,4 +1,4 @@
-"""``paco-reward``: score, explain, train, plan, merge, serve: every command in this file.
+"""``paco-reward``: score, explain, train, plan, merge, serve, gateway: every command in this file.
 
 Each command is a dataclass of its arguments and a function (a
 :class:`~paco_reward.command_line.Command`); :func:`paco_reward.command_line.run_cli` turns
@@ -16,8 +16,14 @@ device, and the hub arguments ``PacoReward.from_pretrained`` takes (a pinned ``-
     paco-reward serve ./PaCo-Reward-7B --port 8000
     paco-reward serve X-GenGroup/PaCo-Reward-7B --revision v1.0 --api_key "$KEY"
     paco-reward serve ./model --max_batch_size 64 --max_body_bytes 134217728
+    paco-reward serve ./PaCo-Reward-7B ./gemma-3-4b-it --served_model_name PaCo-Reward-7B \
+        Gemma-3-4B-IT --device cuda:0 cuda:1
+    paco-reward gateway PaCo-Reward-7B=http://127.0.0.1:8001/v1 \
+        Gemma-3-4B-IT=http://127.0.0.1:8002/v1 --port 8000
 
-Every :class:`~paco_reward.server.config.ServerConfig` limit is a flag of ``serve``.
+Every :class:`~paco_reward.server.config.ServerConfig` limit is a flag of ``serve`` and holds
+for every model it serves; ``serve``'s per-model options (``--adapter``, ``--revision``,
+``--dtype``, ``--device``) take one value for every model or one per model, in MODEL's order.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
 from paco_reward.server.config import ServerConfig
+from paco_reward.server.gateway_config import GatewayConfig
 from paco_reward.templates import TEMPLATES
 
 logger = logging.getLogger(__name__)
@@ -38,6 +46,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "COMMANDS",
     "ExplainArguments",
+    "GatewayArguments",
     "MergeArguments",
     "ModelArguments",
     "ScoreArguments",
@@ -45,8 +54,13 @@ __all__ = [
     "main",
 ]
 
-# Where ``serve`` reads its API key when ``--api_key`` is not given.
+# Where ``serve`` and ``gateway`` read their API key when ``--api_key`` is not given.
 API_KEY_ENV = "PACO_REWARD_API_KEY"
+# ``serve --adapter``'s value for a model without one.
+NO_ADAPTER = "none"
+# ``serve``'s loading options that take one value per model, and those shared by every model.
+PER_MODEL = ("adapter", "revision", "dtype", "device")
+SHARED = ("cache_dir", "trust_remote_code", "attn_implementation")
 
 
 @dataclass(kw_only=True)
@@ -154,20 +168,147 @@ class MergeArguments(ModelArguments):
 
 @dataclass(kw_only=True)
 class ServeArguments(ModelArguments, ServerConfig):
-    """Serve a PaCo evaluator over an OpenAI-compatible HTTP API (loopback by default)."""
+    """Serve one PaCo evaluator, or several behind one port, over an OpenAI-compatible HTTP
+    API (loopback by default). The per-model options (``--adapter``, ``--revision``,
+    ``--dtype``, ``--device``) take one value for every model or one per model, in MODEL's
+    order; the other loading options hold for every model."""
 
+    model: list[str] = config_field(
+        help="Model folder(s) or hub id(s) (merged PaCo-Reward or a base model); several are "
+        "served behind one port, a request's model picking one.",
+        positional=True,
+        nargs="+",
+    )
+    served_model_name: list[str] = config_field(
+        list,
+        help="The name of each MODEL in /v1/models and in requests, in MODEL's order "
+        "(default: each folder's name).",
+    )
+    adapter: list[str] = config_field(
+        list,
+        help=f"PEFT LoRA adapter folder/id on top of MODEL: one for every model, or one per "
+        f"model ({NO_ADAPTER!r} for a model without).",
+    )
+    revision: list[str] = config_field(
+        list, help="Branch, tag or commit of each MODEL on the hub (default: main)."
+    )
+    dtype: list[str] = config_field(
+        list, help="torch dtype, one for every model or one per model (default: bf16 on GPU)."
+    )
+    device: list[str] = config_field(
+        list,
+        help="torch device: one that every model shares, or one per model, e.g. cuda:0 cuda:1 "
+        "(default: this process's GPU, else the CPU).",
+    )
     host: str = config_field("127.0.0.1", help="Bind address (default: loopback only).")
     port: int = config_field(8000, help="TCP port.")
 
     def __post_init__(self) -> None:
-        if self.api_key is None and os.environ.get(API_KEY_ENV):
-            self.api_key = os.environ[API_KEY_ENV]
-        super().__post_init__()
+        self.api_key = _key_from_environment(self.api_key)
+        self.server_config()  # checks the limits
+        if not self.model:
+            raise ConfigError("give one MODEL or more.")
+        names = self.names()
+        if len(set(names)) != len(names):
+            raise ConfigError(
+                f"two models would be served as the same name: {names}; give each its own "
+                "with --served_model_name NAME [NAME ...]."
+            )
+        for option in PER_MODEL:
+            self.per_model(option)
+
+    def names(self) -> list[str]:
+        """The served name of each model."""
+        if not self.served_model_name:
+            adapters = self.per_model("adapter")
+            return [Path(str(a or m)).name for m, a in zip(self.model, adapters)]
+        if len(self.served_model_name) != len(self.model) or not all(
+            name.strip() for name in self.served_model_name
+        ):
+            raise ConfigError(
+                f"--served_model_name takes one non-empty name per MODEL ({len(self.model)}: "
+                f"{self.model}); got {self.served_model_name}."
+            )
+        return list(self.served_model_name)
+
+    def per_model(self, option: str) -> list[str | None]:
+        """``option``'s value for each model, in MODEL's order (None: not given)."""
+        values = getattr(self, option)
+        count = len(self.model)
+        if len(values) not in (0, 1, count):
+            raise ConfigError(
+                f"--{option} takes one value for every model or one per model ({count}: "
+                f"{self.model}); got {len(values)}: {values}."
+            )
+        values = values * count if len(values) == 1 else values or [None] * count
+        if option == "adapter":
+            values = [None if v is not None and v.lower() == NO_ADAPTER else v for v in values]
+        return values
+
+    def models(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(served name, MODEL, from_pretrained keyword arguments)`` of each model."""
+        shared = {name: getattr(self, name) for name in SHARED}
+        per_model = zip(*(self.per_model(option) for option in PER_MODEL))
+        return [
+            (name, model, {**shared, **dict(zip(PER_MODEL, values))})
+            for name, model, values in zip(self.names(), self.model, per_model)
+        ]
 
     def server_config(self) -> ServerConfig:
-        """The server's own settings (without the model-loading and binding arguments)."""
-        names = ServerConfig.__dataclass_fields__
+        """The server's own settings (without the models and the binding arguments)."""
+        names = set(ServerConfig.__dataclass_fields__) - {"served_model_name"}
         return ServerConfig(**{name: getattr(self, name) for name in names})
+
+
+@dataclass(kw_only=True)
+class GatewayArguments(GatewayConfig):
+    """One port in front of several OpenAI-compatible servers (vLLM, paco-reward serve),
+    each request routed by the model it names (loopback by default)."""
+
+    upstreams: list[str] = config_field(
+        help="NAME=URL of each upstream: the model name it serves (requests pass unchanged) "
+        "and its API root, e.g. PaCo-Reward-7B=http://127.0.0.1:8001/v1.",
+        positional=True,
+        nargs="+",
+    )
+    host: str = config_field("127.0.0.1", help="Bind address (default: loopback only).")
+    port: int = config_field(8000, help="TCP port.")
+
+    def __post_init__(self) -> None:
+        self.api_key = _key_from_environment(self.api_key)
+        super().__post_init__()
+        self.upstream_urls()
+
+    def upstream_urls(self) -> dict[str, str]:
+        """``{name: url}`` from the NAME=URL arguments."""
+        urls: dict[str, str] = {}
+        for item in self.upstreams:
+            name, sep, url = item.partition("=")
+            if not sep or not name.strip() or not url.strip():
+                raise ConfigError(
+                    f"upstream {item!r} is not NAME=URL; e.g. "
+                    "PaCo-Reward-7B=http://127.0.0.1:8001/v1."
+                )
+            if name in urls:
+                raise ConfigError(f"upstream name {name!r} is given twice: {self.upstreams}.")
+            urls[name] = url
+        return urls
+
+
+def _key_from_environment(api_key: str | None) -> str | None:
+    return api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+
+
+def _warn_if_open(host: str, api_key: str | None) -> None:
+    from paco_reward.launch import is_loopback
+
+    if not is_loopback(host) and not api_key:
+        logger.warning(
+            "Serving on %s without --api_key: anyone who can reach this address can use the "
+            "model. Set --api_key (or $%s) or bind 127.0.0.1.",
+            host,
+            API_KEY_ENV,
+        )
 
 
 def score(args: ScoreArguments) -> int:
@@ -223,27 +364,36 @@ def serve(args: ServeArguments) -> int:
     import uvicorn
     from PIL import Image
 
-    from paco_reward.launch import is_loopback
     from paco_reward.server.app import create_app
     from paco_reward.transformers_backend import TransformersBackend
 
-    if not is_loopback(args.host) and not args.api_key:
-        logger.warning(
-            "Serving on %s without --api_key: anyone who can reach this address can use the "
-            "model. Set --api_key (or $%s) or bind 127.0.0.1.",
-            args.host,
-            API_KEY_ENV,
-        )
+    _warn_if_open(args.host, args.api_key)
     config = args.server_config()
     # PIL's own bomb guard (process-wide; this process only serves): never decode more
     # than our limit, even on a path that skipped the header check.
     Image.MAX_IMAGE_PIXELS = config.max_image_pixels
-    backend = TransformersBackend.from_pretrained(
-        args.model, **args.load_kwargs(), batch_size=config.max_batch_size
-    )
-    app = create_app(backend, config)
-    name = config.served_model_name or backend.name
-    print(f"paco-reward serve: model {name!r} on http://{args.host}:{args.port}/v1")
+    backends = {
+        name: TransformersBackend.from_pretrained(
+            model, **load_kwargs, batch_size=config.max_batch_size
+        )
+        for name, model, load_kwargs in args.models()
+    }
+    app = create_app(backends, config)
+    print(f"paco-reward serve: models {list(backends)} on http://{args.host}:{args.port}/v1")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+def gateway(args: GatewayArguments) -> int:
+    import uvicorn
+
+    from paco_reward.server.gateway import create_gateway
+
+    _warn_if_open(args.host, args.api_key)
+    upstreams = args.upstream_urls()
+    fields = GatewayConfig.__dataclass_fields__
+    app = create_gateway(upstreams, GatewayConfig(**{name: getattr(args, name) for name in fields}))
+    print(f"paco-reward gateway: {upstreams} on http://{args.host}:{args.port}/v1")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 
@@ -272,7 +422,13 @@ COMMANDS = [
     ),  # fmt: skip
     Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
-    Command("serve", ServeArguments, serve, "Serve a PaCo evaluator over HTTP."),
+    Command("serve", ServeArguments, serve, "Serve PaCo evaluators over HTTP, behind one port."),
+    Command(
+        "gateway",
+        GatewayArguments,
+        gateway,
+        "One port in front of several OpenAI-compatible servers, routed by model.",
+    ),
 ]
 
 

@@ -1,12 +1,14 @@
 """The FastAPI app of ``paco-reward serve``: OpenAI-compatible chat completions plus a native
-batch scoring route, in front of a micro-batched in-process backend
+batch scoring route, in front of one or several in-process evaluators
 (:meth:`TransformersBackend.from_pretrained <paco_reward.transformers_backend.TransformersBackend.from_pretrained>`:
-a Qwen-VL family's ``LocalBackend`` or another family's ``ProcessorBackend``).
+a Qwen-VL family's ``LocalBackend`` or another family's ``ProcessorBackend``), each
+micro-batched on its own; a request's ``model`` picks one.
 
 Routes:
 
-* ``GET /health``: liveness, queue depth and batching statistics (no key needed);
-* ``GET /v1/models``: the one served model, with a ``paco`` entry advertising its yes/no
+* ``GET /health``: liveness, and each model's queue depth and batching statistics (no key
+  needed);
+* ``GET /v1/models``: the served models, each with a ``paco`` entry advertising its yes/no
   token ids and image pixel budget (the remote client uses both);
 * ``POST /v1/chat/completions``: OpenAI schema for one pair (one user message: two
   ``image_url`` parts, then the instruction). ``max_tokens=1`` with ``logprobs``/
@@ -17,143 +19,96 @@ Routes:
   "template", "symmetric"}`` → ``{"scores", "model", "template", ...}``.
 
 Errors use OpenAI's body ``{"error": {"message", "type", "code"}}``; a bad request never
-stops the server. Every response carries an ``X-Request-ID``; an internal error is logged
-with it and answered without its text. The routes live in :mod:`paco_reward.server.routes`,
-the request bodies in :mod:`paco_reward.server.schemas`.
+stops the server, and a ``model`` it does not serve is a 404 listing the served names. Every
+response carries an ``X-Request-ID``; an internal error is logged with it and answered
+without its text. The routes live in :mod:`paco_reward.server.routes`, the served models in
+:mod:`paco_reward.server.state`, the request bodies in :mod:`paco_reward.server.schemas`.
 
     >>> app = create_app(TransformersBackend.from_pretrained("model/"), ServerConfig("tiny"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import uuid
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from paco_reward.errors import PacoError, ServerOverloadedError
+from paco_reward.errors import ConfigError, PacoError, ServerOverloadedError
+from paco_reward.server.common import (
+    add_request_middleware,
+    error_response,
+    internal_error,
+    request_error,
+)
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.decode import RequestError
-from paco_reward.server.limits import BodyLimitMiddleware
-from paco_reward.server.routes import ServerState, router
+from paco_reward.server.routes import router
+from paco_reward.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
 
-def _error(status: int, message: str, code: str, headers: dict | None = None) -> JSONResponse:
-    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(
-        status, "InvalidRequestError" if status < 500 else "ServerError"
-    )
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "code": code}}, status, headers=headers
-    )
-
-
-REQUEST_ID_HEADER = "x-request-id"
-
-
-def request_id_of(request: Request) -> str:
-    return request.scope.get("state", {}).get("request_id", "-")
-
-
-class RequestIdMiddleware:
-    """Pure ASGI middleware: gives every request an id (the client's ``X-Request-ID`` when
-    it is short and plain, else a new one), kept in ``scope["state"]`` for the logs and
-    returned in the response's ``X-Request-ID`` header."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
-        plain = given and len(given) <= 64 and all(c.isalnum() or c in "-_." for c in given)
-        request_id = given if plain else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-
-        async def send_with_id(message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-def create_app(backend, config: ServerConfig) -> FastAPI:
-    """Build the server app around an in-process backend.
+def create_app(backends, config: ServerConfig) -> FastAPI:
+    """Build the server app around one in-process backend, or several behind one port.
 
     Args:
-        backend: an in-process backend (``LocalBackend``, ``ProcessorBackend``; its
-            ``batch_size`` is the forward-pass chunk; set it to ``config.max_batch_size`` for
-            one pass per batch).
-        config: limits, batching and the optional API key (``served_model_name=None``: the
-            backend's name).
+        backends: an in-process backend (``LocalBackend``, ``ProcessorBackend``; its
+            ``batch_size`` is the forward-pass chunk; set it to ``config.max_batch_size`` for one pass per
+            batch), or a mapping of served names to backends: each model gets its own
+            micro-batcher, and a request's ``model`` picks one.
+        config: limits, batching and the optional API key, which hold for every model
+            (``max_queue`` per model). ``served_model_name`` names a single backend (None:
+            the backend's name); with a mapping it must be None.
+
+    Raises:
+        ConfigError: no backend, or a mapping together with ``config.served_model_name``.
+
+    Example:
+        >>> app = create_app({"judge": judge, "critic": critic}, ServerConfig())  # doctest: +SKIP
     """
-    if config.served_model_name is None:
-        config = dataclasses.replace(config, served_model_name=backend.name)
-    state = ServerState.build(backend, config)
+    if isinstance(backends, Mapping):
+        if config.served_model_name is not None:
+            raise ConfigError(
+                f"served_model_name={config.served_model_name!r} names one backend; with a "
+                f"mapping of backends the names are its keys ({list(backends)}): leave it None."
+            )
+        if not backends or not all(isinstance(n, str) and n.strip() for n in backends):
+            raise ConfigError(
+                f"backends must map non-empty model names to backends; got names {list(backends)}."
+            )
+    else:
+        backends = {config.served_model_name or backends.name: backends}
+    state = ServerState.build(backends, config)
+    names = sorted(state.models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await state.batcher.start()
-        logger.info("serving %r (max batch %d)", config.served_model_name, config.max_batch_size)
+        for served in state.models.values():
+            await served.batcher.start()
+        logger.info("serving %s (max batch %d per model)", names, config.max_batch_size)
         yield
-        await state.batcher.stop()
+        for served in state.models.values():
+            await served.batcher.stop()
 
     app = FastAPI(title="paco-reward", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.paco = state
-    app.state.batcher = state.batcher
-    app.state.config = config
-    app.add_middleware(
-        BodyLimitMiddleware,
-        max_bytes=config.max_body_bytes,
-        too_large=lambda: _error(
-            413,
-            f"request body exceeds the server's limit of {config.max_body_bytes} bytes",
-            "body_too_large",
-        ),
-    )
-    app.add_middleware(RequestIdMiddleware)
-
-    # ------------------------------------------------------------------ errors
+    add_request_middleware(app, config.max_body_bytes, "server")
     # A client sees what was wrong with its request; an internal failure is logged with
-    # the request id and answered without its text (no paths, no exception details).
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Request, err: RequestError) -> JSONResponse:
-        return _error(err.status, str(err), err.code)
+    # the request id and answered without its text.
+    app.add_exception_handler(RequestError, request_error)
+    app.add_exception_handler(Exception, internal_error)
 
     @app.exception_handler(PacoError)
     async def _paco_error(request: Request, err: PacoError) -> JSONResponse:
-        return _error(400, str(err), type(err).__name__)
+        return error_response(400, str(err), type(err).__name__)
 
     @app.exception_handler(ServerOverloadedError)
     async def _overloaded(request: Request, err: ServerOverloadedError) -> JSONResponse:
-        return _error(503, f"server overloaded: {err}", "overloaded", headers={"Retry-After": "1"})
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, err: Exception) -> JSONResponse:
-        request_id = request_id_of(request)
-        logger.error(
-            "internal error on %s (request %s): %s: %s",
-            request.url.path,
-            request_id,
-            type(err).__name__,
-            err,
-            exc_info=(type(err), err, err.__traceback__),
-        )
-        # Starlette answers this outside the middleware stack: add the id header here.
-        return _error(
-            500,
-            f"internal server error (request id {request_id})",
-            "internal_error",
-            headers={REQUEST_ID_HEADER: request_id},
+        return error_response(
+            503, f"server overloaded: {err}", "overloaded", headers={"Retry-After": "1"}
         )
 
     app.include_router(router)

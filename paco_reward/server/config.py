@@ -1,4 +1,4 @@
-"""``ServerConfig``: limits and batching of ``paco-reward serve``."""
+"""``ServerConfig``: limits and batching of ``paco-reward serve`` (every served model's)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ class ServerConfig:
     served_model_name: str | None = field(
         default=None,
         metadata={
-            "help": "name served in /v1/models and required in requests (default: the model folder's name)"
+            "help": "name of the one served model in /v1/models and in requests (default: its "
+            "folder's name); several models are named by create_app's mapping"
         },
     )
     api_key: str | None = field(
@@ -36,7 +37,9 @@ class ServerConfig:
     )
     max_queue: int = field(
         default=4096,
-        metadata={"help": "pairs waiting beyond this answer 503 (overloaded; clients retry)"},
+        metadata={
+            "help": "pairs waiting for one model beyond this answer 503 (overloaded; clients retry)"
+        },
     )
     max_body_bytes: int = field(
         default=64 * 2**20, metadata={"help": "largest request body accepted (bytes); else 413"}

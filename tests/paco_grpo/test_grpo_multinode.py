@@ -160,8 +160,8 @@ def test_every_process_scores_on_its_own_nodes_server(launched):
             url = f"http://127.0.0.1:{ports[r['node']]}/v1"
             (served,) = r["reward_servers"].values()
             assert list(served) == [url], (run, r["rank"], served)
-            health = served[url]
-            assert health["model"] == "PaCo-Reward-7B"
+            assert list(served[url]["models"]) == ["PaCo-Reward-7B"]
+            health = served[url]["models"]["PaCo-Reward-7B"]
             assert health["batching"]["pairs"] == images_per_node * PAIRS_PER_IMAGE
             assert np.isfinite(r["epochs"][0]["rewards"]["consistency"]).all()
     # each node's server wrote its own log; both are gone once training ended

@@ -1,5 +1,5 @@
-"""``paco-reward serve`` argument parsing: safe defaults (loopback, no key unless given), and
-every server limit as a flag."""
+"""``paco-reward serve`` and ``paco-reward gateway`` argument parsing: safe defaults (loopback,
+no key unless given), every server limit as a flag, several models with per-model options."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from paco_reward.cli import API_KEY_ENV, ServeArguments
+from paco_reward.cli import API_KEY_ENV, GatewayArguments, ServeArguments
 from paco_reward.command_line import parse_config
+from paco_reward.errors import ConfigError
 from paco_reward.launch import is_loopback
 from paco_reward.server.config import ServerConfig
 
@@ -20,7 +21,8 @@ def parse(argv: list[str]) -> ServeArguments:
 def test_serve_defaults_are_safe(monkeypatch):
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     args = parse(["model-dir"])
-    assert (args.host, args.port, args.api_key, args.adapter) == ("127.0.0.1", 8000, None, None)
+    assert (args.host, args.port, args.api_key, args.adapter) == ("127.0.0.1", 8000, None, [])
+    assert args.names() == ["model-dir"] and args.per_model("device") == [None]
     assert args.max_batch_size == 32 and args.max_wait_ms == 5.0
     assert args.server_config() == ServerConfig()
 
@@ -29,9 +31,14 @@ def test_serve_flags_and_key_from_environment(monkeypatch):
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     args = parse(["base", "--adapter", "lora", "--port", "9001", "--max-batch-size", "8",
                   "--max_wait_ms", "2.5", "--served-model-name", "judge"])  # fmt: skip
-    assert (args.model, args.adapter, args.port, args.api_key) == ("base", "lora", 9001, "from-env")
+    assert (args.model, args.adapter, args.port, args.api_key) == (
+        ["base"],
+        ["lora"],
+        9001,
+        "from-env",
+    )
     assert (args.max_batch_size, args.max_wait_ms) == (8, 2.5)
-    assert args.server_config().served_model_name == "judge"
+    assert args.names() == ["judge"] and args.server_config().served_model_name is None
     assert parse(["m", "--api-key", "flag"]).api_key == "flag"
 
 
@@ -46,6 +53,50 @@ def test_every_server_limit_is_a_flag():
         if f.type in ("int", "float"):
             assert getattr(config, f.name) == 7, f.name
     assert len([f for f in limits if f.type in ("int", "float")]) >= 11
+
+
+def test_serve_several_models_each_with_its_options():
+    args = parse(["base", "merged", "--served_model_name", "A", "B", "--device", "cuda:0",
+                  "cuda:1", "--dtype", "bfloat16", "--adapter", "lora", "none"])  # fmt: skip
+    assert args.names() == ["A", "B"]
+    assert args.per_model("device") == ["cuda:0", "cuda:1"]
+    assert args.per_model("dtype") == ["bfloat16", "bfloat16"]  # one value: every model's
+    assert args.per_model("adapter") == ["lora", None]
+    assert parse(["runs/x/merged", "runs/y/gemma"]).names() == ["merged", "gemma"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["runs/x/merged", "runs/y/merged"], "two models would be served as the same name"),
+        (["a", "b", "--served_model_name", "A"], "one non-empty name per MODEL"),
+        (["a", "b", "--device", "cpu", "cpu", "cpu"], "--device takes one value for every model"),
+        (["a", "--max_batch_size", "0"], "max_batch_size must be >= 1"),
+    ],
+)
+def test_serve_refuses_arguments_that_do_not_add_up(argv, match):
+    with pytest.raises(ConfigError, match=match):
+        parse(argv)
+
+
+def test_gateway_arguments(monkeypatch):
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    args = parse_config(GatewayArguments, ["A=http://127.0.0.1:8001/v1", "B=http://h:8002",
+                                           "--port", "9000", "--upstream-timeout", "30"])  # fmt: skip
+    assert args.upstream_urls() == {"A": "http://127.0.0.1:8001/v1", "B": "http://h:8002"}
+    assert (args.host, args.port, args.upstream_timeout, args.api_key) == (
+        "127.0.0.1",
+        9000,
+        30.0,
+        "from-env",
+    )
+    for argv, match in (
+        (["A"], "not NAME=URL"),
+        (["A=http://x", "A=http://y"], "given twice"),
+        (["A=http://x", "--connect_timeout", "0"], "connect_timeout must be > 0"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            parse_config(GatewayArguments, argv)
 
 
 @pytest.mark.parametrize(

@@ -187,8 +187,8 @@ def test_native_score_route(live_server, tiny_reward, random_images):
 
 def test_health_and_models_advertise_yes_no_ids(live_server, tiny_reward):
     health = httpx.get(live_server.base_url.removesuffix("/v1") + "/health").json()
-    assert health["status"] == "ok" and health["model"] == MODEL_NAME
-    assert health["batching"]["batches"] >= 0
+    assert health["status"] == "ok" and list(health["models"]) == [MODEL_NAME]
+    assert health["models"][MODEL_NAME]["batching"]["batches"] >= 0
     entry = httpx.get(live_server.base_url + "/models").json()["data"][0]
     tokens = YesNoTokens.from_tokenizer(tiny_reward.backend.tokenizer)
     assert entry["paco"]["yes_no_token_ids"]["canonical"] == [*tokens.yes, *tokens.no]

@@ -56,7 +56,7 @@ def test_concurrent_clients_no_errors_no_drops(tiny_reward, random_images):
         start = time.perf_counter()
         asyncio.run(main())
         elapsed = time.perf_counter() - start
-        stats = app.state.batcher.stats.as_dict()
+        stats = app.state.paco.model("load").batcher.stats.as_dict()
     p50, p99 = np.percentile(latencies, [50, 99]) * 1000
     print(
         f"\n{CLIENTS} clients, {len(results)} requests in {elapsed:.1f}s "
