@@ -350,21 +350,16 @@ class LocalBackend(TransformersBackend):
         features, grids = self.encode_images([images[i] for i in used])
         requests = [(local[a], local[b], text) for a, b, text in pairs]
         rows = self._pair_rows(requests, [tuple(g) for g in grids.tolist()])
-        order = sorted(range(len(requests)), key=lambda k: len(rows[k][0]))  # stable
-        step = self.batch_size
-        chunks = [order[s : s + step] for s in range(0, len(order), step)]
 
         def prepare(chunk: list[int]) -> _TextChunk:
             occurrences = [i for k in chunk for i in requests[k][:2]]
             return self._text_chunk([rows[k] for k in chunk], occurrences)
 
-        outputs = self._pipelined(
-            chunks, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
+        return self._in_length_order(
+            [len(ids) for ids, _ in rows],
+            prepare,
+            lambda chunk: reduce(self._chunk_logits(chunk, features)),
         )
-        sorted_results = torch.cat(outputs).cpu()  # the call's one wait for the device
-        results = torch.empty_like(sorted_results)
-        results[torch.tensor(order, dtype=torch.long)] = sorted_results
-        return results
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()

@@ -255,9 +255,6 @@ class ProcessorBackend(TransformersBackend):
         used = sorted({i for a, b, _ in pairs for i in (a, b)})
         local = {index: k for k, index in enumerate(used)}
         features = self.encode_images([images[i] for i in used])
-        order = sorted(range(len(pairs)), key=lambda k: len(self.prompt_text(pairs[k][2])))
-        step = self.batch_size
-        chunks = [order[s : s + step] for s in range(0, len(order), step)]
 
         def prepare(chunk: list[int]) -> _Chunk:
             with self._host_stage("preprocess"):
@@ -270,13 +267,11 @@ class ProcessorBackend(TransformersBackend):
                 occurrences = [local[i] for a, b, _ in requests for i in (a, b)]
                 return _Chunk(self._left_padded(rows), occurrences)
 
-        outputs = self._pipelined(
-            chunks, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
+        return self._in_length_order(
+            [len(self.prompt_text(text)) for _, _, text in pairs],
+            prepare,
+            lambda chunk: reduce(self._chunk_logits(chunk, features)),
         )
-        sorted_results = torch.cat(outputs).cpu()  # the call's one wait for the device
-        results = torch.empty_like(sorted_results)
-        results[torch.tensor(order, dtype=torch.long)] = sorted_results
-        return results
 
     # ------------------------------------------------------------------ generation
     @torch.inference_mode()

@@ -295,6 +295,23 @@ class TransformersBackend:
             results.append(run(prepared))
         return results
 
+    def _in_length_order(
+        self,
+        lengths: Sequence[int],
+        prepare: Callable[[list[int]], _Prepared],
+        run: Callable[[_Prepared], torch.Tensor],
+    ) -> torch.Tensor:
+        """``run(prepare(chunk))`` over chunks of ``batch_size`` request indices sorted by
+        their ``lengths`` (so a chunk pads little), pipelined; the chunks' results come back
+        to the host in one transfer (the call's one wait for the device), in request order."""
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)  # stable
+        step = self.batch_size
+        chunks = [order[s : s + step] for s in range(0, len(order), step)]
+        sorted_results = torch.cat(self._pipelined(chunks, prepare, run)).cpu()
+        results = torch.empty_like(sorted_results)
+        results[torch.tensor(order, dtype=torch.long)] = sorted_results
+        return results
+
     # ------------------------------------------------------------------ scoring
     def first_token_outputs(
         self,

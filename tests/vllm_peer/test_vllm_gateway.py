@@ -15,7 +15,7 @@ from peer_settings import EXACT
 
 from paco_reward import PacoReward
 from paco_reward.server.runner import free_port
-from paco_reward.testing import build_tiny_model
+from paco_reward.testing import build_tiny_qwen2_5_vl
 from paco_reward.testing.vllm_server import CPU_ARGS
 from tests.serve_rewards_script import serve_rewards
 
@@ -25,7 +25,7 @@ JUDGES = ("judge-seed-0", "judge-seed-1")
 @pytest.fixture(scope="module")
 def second_model_dir(tmp_path_factory):
     """The session's vLLM-compatible tiny evaluator with other weights (seed 1)."""
-    return build_tiny_model(
+    return build_tiny_qwen2_5_vl(
         tmp_path_factory.mktemp("tiny-vllm-seed-1") / "model",
         seed=1,
         max_pixels=16 * 28 * 28,
