@@ -242,14 +242,16 @@ def test_duplicate_scorer_names_are_rejected(dataset, tmp_path):
 
 @pytest.mark.slow
 def test_runs_as_a_module_of_the_installed_package(built_wheel, dataset, tmp_path, scipy_metrics):
-    """``python -m benchmarks.consistency_rank`` from the wheel installed in a folder of its
-    own, run in a folder that is not the repository: the benchmarks are part of the
-    distribution and need nothing of the checkout (no demo, no tests, no recipes)."""
+    """``python -m benchmarks.consistency_rank`` run from a folder that is not the repository,
+    against the wheel installed in a folder of its own: the library it imports is the
+    installed one, and of the checkout it needs only the ``benchmarks`` folder (no demo, no
+    tests, no recipes)."""
     import os
+    import shutil
     import subprocess
     import sys
 
-    from tests.conftest import DISTRIBUTED
+    from tests.conftest import DISTRIBUTED, ROOT
 
     site = tmp_path / "site"
     subprocess.run(
@@ -257,10 +259,13 @@ def test_runs_as_a_module_of_the_installed_package(built_wheel, dataset, tmp_pat
          "--target", str(site), str(built_wheel)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
+    checkout = tmp_path / "checkout"  # the benchmarks folder alone, as a checkout has it
+    shutil.copytree(ROOT / "benchmarks", checkout / "benchmarks",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(site)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(checkout)])
 
     def python(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

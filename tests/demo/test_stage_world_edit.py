@@ -5,11 +5,11 @@ table with images that exist."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 import demo.stage_world_edit as stage
@@ -59,7 +59,7 @@ def test_the_editing_experiment_gets_its_table_from_real_runs(tmp_path, monkeypa
                 assert mean - low == pytest.approx(1.96 * stats.sem(change), abs=1e-3)
         for seed, run in runs.items():
             folder = tmp_path / "out" / "world_edit" / f"{arm.slug}_seed{seed}"
-            config = json.loads((folder / "config.json").read_text())
+            config = yaml.safe_load((folder / "training_config.yaml").read_text())
             assert config["pipeline"] == "flux_kontext"
             assert set(config["rewards"]) == (
                 {"edit_consistency", "clip_t"} if arm.paco else {"clip_t"}

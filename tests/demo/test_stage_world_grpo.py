@@ -65,8 +65,8 @@ def test_every_experiment_gets_its_table_from_real_runs(tmp_path, monkeypatch, w
 
     for arm, runs in results.items():
         for seed, run in runs.items():
-            run = tmp_path / "out" / "world_grpo" / f"{arm.slug}_seed{seed}"
-            config = yaml.safe_load((run / "training_config.yaml").read_text())
+            folder = tmp_path / "out" / "world_grpo" / f"{arm.slug}_seed{seed}"
+            config = yaml.safe_load((folder / "training_config.yaml").read_text())
             assert config["train"]["resolution"] == 64 * arm.resolution_fraction
             assert config["aggregator"] == arm.aggregator
             assert len(run["history"]) == 2
