@@ -362,30 +362,13 @@ class LocalBackend(TransformersBackend):
         )
 
     # ------------------------------------------------------------------ generation
-    @torch.inference_mode()
-    def generate(
-        self,
-        images: Sequence[Image.Image],
-        instruction: str,
-        max_new_tokens: int = 256,
-        **generate_kwargs,
-    ) -> str:
-        """Greedy (by default) continuation for one pair, decoded without special tokens."""
+    def generation_inputs(
+        self, images: Sequence[Image.Image], instruction: str
+    ) -> dict[str, torch.Tensor]:
         pixel_values, grid_thw = self.preprocess_images(images)
-        inputs = {
-            name: value.to(self.device)
-            for name, value in self.build_inputs([(0, 1, instruction)], grid_thw).items()
-        }
-        generate_kwargs.setdefault("do_sample", False)
-        output = self.model.generate(
-            **inputs,
-            pixel_values=pixel_values.to(self.device, self.model.dtype),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.pad_token_id,
-            **generate_kwargs,
-        )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+        inputs = self.build_inputs([(0, 1, instruction)], grid_thw)
+        inputs["pixel_values"] = pixel_values.to(self.model.dtype)
+        return {name: value.to(self.device) for name, value in inputs.items()}
 
 
 @dataclass

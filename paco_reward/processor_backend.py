@@ -274,25 +274,10 @@ class ProcessorBackend(TransformersBackend):
         )
 
     # ------------------------------------------------------------------ generation
-    @torch.inference_mode()
-    def generate(
-        self,
-        images: Sequence[Image.Image],
-        instruction: str,
-        max_new_tokens: int = 256,
-        **generate_kwargs,
-    ) -> str:
-        """Greedy (by default) continuation for one pair, decoded without special tokens."""
-        inputs = self._to_model(self.processor_inputs([self.prompt_text(instruction)], [images]))
-        generate_kwargs.setdefault("do_sample", False)
-        output = self.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.pad_token_id,
-            **generate_kwargs,
-        )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+    def generation_inputs(
+        self, images: Sequence[Image.Image], instruction: str
+    ) -> dict[str, torch.Tensor]:
+        return self._to_model(self.processor_inputs([self.prompt_text(instruction)], [images]))
 
 
 @dataclass

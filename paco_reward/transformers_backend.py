@@ -336,6 +336,7 @@ class TransformersBackend:
         )
         return scores.double().numpy()
 
+    @torch.inference_mode()
     def generate(
         self,
         images: Sequence[Image.Image],
@@ -344,4 +345,19 @@ class TransformersBackend:
         **generate_kwargs,
     ) -> str:
         """Greedy (by default) continuation for one pair, decoded without special tokens."""
+        inputs = self.generation_inputs(images, instruction)
+        generate_kwargs.setdefault("do_sample", False)
+        output = self.model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=self.pad_token_id,
+            **generate_kwargs,
+        )
+        new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+
+    def generation_inputs(
+        self, images: Sequence[Image.Image], instruction: str
+    ) -> dict[str, torch.Tensor]:
+        """The model's inputs, on its device, for :meth:`generate` of one pair's prompt."""
         raise NotImplementedError
