@@ -52,7 +52,6 @@ from paco_reward.modeling import (
 from paco_reward.templates import build_messages
 from paco_reward.transformers_backend import PairRequest, TransformersBackend
 from paco_reward.vision_attention import group_vision_attention
-from paco_reward.yes_no import YesNoTokens
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +123,8 @@ class LocalBackend(TransformersBackend):
             scorer's precomputed inputs and grouped window attention were written for.
     """
 
+    default_vision_batch_size = DEFAULT_VISION_BATCH_SIZE
+
     def __init__(
         self,
         model,
@@ -137,17 +138,17 @@ class LocalBackend(TransformersBackend):
         name: str = "local",
     ) -> None:
         self.check_processor(processor, name)
-        self.model = model.eval()
-        self.processor = processor
-        self.tokenizer = processor.tokenizer
-        self.batch_size = batch_size
-        self.vision_batch_size = vision_batch_size or DEFAULT_VISION_BATCH_SIZE
-        self.name = name
-        self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
+        super().__init__(
+            model,
+            processor,
+            batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
+            canonical_yes_no=canonical_yes_no,
+            name=name,
+        )
         self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         self.merge_length = processor.image_processor.merge_size**2
         self.image_token_id = processor.image_token_id
-        self.pad_token_id = self.tokenizer.pad_token_id
         self._prompt_ids: dict[str, list[int]] = {}
         group_vision_attention(self.model)
         visual = vision_tower(self.model)

@@ -50,7 +50,6 @@ from paco_reward.images import model_image_policy
 from paco_reward.local_backend import render_prompt_text
 from paco_reward.modeling import ImageFeatures, image_features, join_image_features
 from paco_reward.transformers_backend import PairRequest, TransformersBackend
-from paco_reward.yes_no import YesNoTokens
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +83,8 @@ class ProcessorBackend(TransformersBackend):
             (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
     """
 
+    default_vision_batch_size = DEFAULT_VISION_BATCH_SIZE
+
     def __init__(
         self,
         model,
@@ -95,16 +96,15 @@ class ProcessorBackend(TransformersBackend):
         name: str = "local",
         reuse_vision: bool = True,
     ) -> None:
-        self.model = model.eval()
-        self.processor = processor
-        self.tokenizer = processor.tokenizer
-        self.batch_size = batch_size
-        self.vision_batch_size = vision_batch_size or DEFAULT_VISION_BATCH_SIZE
-        self.name = name
-        self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
+        super().__init__(
+            model,
+            processor,
+            batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
+            canonical_yes_no=canonical_yes_no,
+            name=name,
+        )
         self.image_policy = None
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         forward = inspect.signature(self.model.forward).parameters
         self._forward_inputs = set(forward)
         self.reuses_vision = (

@@ -48,7 +48,7 @@ from paco_reward.modeling import (
     load_vision_language_model,
 )
 from paco_reward.stage_timer import StageTimer
-from paco_reward.yes_no import yes_probability
+from paco_reward.yes_no import YesNoTokens, yes_probability
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,27 @@ class TransformersBackend:
     name: str
     stage_timer: StageTimer | None = None
     _worker: ThreadPoolExecutor | None = None
+    default_vision_batch_size: int = 8
+
+    def __init__(
+        self,
+        model,
+        processor,
+        *,
+        batch_size: int = 8,
+        vision_batch_size: int | None = None,
+        canonical_yes_no: bool = True,
+        name: str = "local",
+    ) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.batch_size = batch_size
+        self.vision_batch_size = vision_batch_size or self.default_vision_batch_size
+        self.name = name
+        self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
 
     # ------------------------------------------------------------------ loading
     @classmethod
