@@ -149,26 +149,6 @@ class ImagePolicy:
             factor=image_processor.patch_size * image_processor.merge_size,
         )
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        path_or_id: str | os.PathLike,
-        min_pixels: int | None = None,
-        max_pixels: int | None = None,
-    ) -> ImagePolicy:
-        """The policy of a model folder's (or hub id's) image processor, as
-        ``AutoImageProcessor.from_pretrained`` reads it: only its small config is loaded.
-
-        Example:
-            >>> ImagePolicy.from_pretrained("X-GenGroup/PaCo-Reward-7B").max_pixels  # doctest: +SKIP
-            12845056
-        """
-        from transformers import AutoImageProcessor
-
-        return cls.from_processor(
-            AutoImageProcessor.from_pretrained(str(path_or_id)), min_pixels, max_pixels
-        )
-
     @property
     def processor_size(self) -> dict[str, int]:
         """``size=`` for the image processor, which re-applies its own budget: keep it ours."""

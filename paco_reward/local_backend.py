@@ -159,8 +159,6 @@ class LocalBackend(TransformersBackend):
         self.rows = PromptRows(self.model, self.prompt_ids, self.image_token_id, self.merge_length)
         text_config = getattr(self.model.config, "text_config", self.model.config)
         self.text_attention = text_config._attn_implementation
-        self.stage_timer = None
-        self._worker = None
 
     @classmethod
     def check_processor(cls, processor, source: str | Path) -> None:

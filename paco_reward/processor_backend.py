@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from PIL import Image
 
+from paco_reward.devices import host_to_device, pin_for
 from paco_reward.images import model_image_policy
 from paco_reward.local_backend import render_prompt_text
 from paco_reward.modeling import ImageFeatures, image_features, join_image_features
@@ -114,8 +115,6 @@ class ProcessorBackend(TransformersBackend):
         )
         self._prompts: dict[str, str] = {}
         self._prompt_rows: dict[str, dict[str, list[int]]] = {}
-        self.stage_timer = None
-        self._worker = None
 
     @classmethod
     def check_processor(cls, processor, source: str | Path) -> None:
@@ -178,13 +177,21 @@ class ProcessorBackend(TransformersBackend):
             batch[key] = values
         return batch
 
-    def _to_model(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Host tensors on the model's device, floating ones (pixels) in its dtype."""
+    def _for_model(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Host tensors as the model takes them, floating ones (pixels) in its dtype, pinned
+        when they go to a CUDA device (worker thread)."""
         device, dtype = self.device, self.model.dtype
         return {
-            key: value.to(device, dtype if value.is_floating_point() else value.dtype)
+            key: pin_for(value.to(dtype) if value.is_floating_point() else value, device)
             if isinstance(value, torch.Tensor)
             else value
+            for key, value in inputs.items()
+        }
+
+    def _to_model(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`_for_model`'s tensors on the model's device, without a host-device wait."""
+        return {
+            key: host_to_device(value, self.device) if isinstance(value, torch.Tensor) else value
             for key, value in inputs.items()
         }
 
@@ -205,13 +212,13 @@ class ProcessorBackend(TransformersBackend):
             pixels = out.get("pixel_values")
             if read != {"pixel_values"} or pixels is None or pixels.shape[0] != len(images):
                 return None
-            return pixels
+            return pin_for(pixels.to(self.model.dtype), self.device)
 
     def _vision_forward(self, pixels: torch.Tensor | None) -> list[ImageFeatures] | None:
         if pixels is None:
             return None
         with self._device_stage("vision"):
-            pixels = pixels.to(self.device, self.model.dtype)
+            pixels = host_to_device(pixels, self.device)
             return image_features(self.model.get_image_features(pixels, return_dict=True))
 
     @torch.inference_mode()
@@ -262,10 +269,10 @@ class ProcessorBackend(TransformersBackend):
                 groups = [(images[a], images[b]) for a, b, _ in requests]
                 if features is None:
                     texts = [self.prompt_text(text) for _, _, text in requests]
-                    return _Chunk(self.processor_inputs(texts, groups), None)
+                    return _Chunk(self._for_model(self.processor_inputs(texts, groups)), None)
                 rows = [self._rows(text, group) for (_, _, text), group in zip(requests, groups)]
                 occurrences = [local[i] for a, b, _ in requests for i in (a, b)]
-                return _Chunk(self._left_padded(rows), occurrences)
+                return _Chunk(self._for_model(self._left_padded(rows)), occurrences)
 
         return self._in_length_order(
             [len(self.prompt_text(text)) for _, _, text in pairs],
@@ -277,7 +284,8 @@ class ProcessorBackend(TransformersBackend):
     def generation_inputs(
         self, images: Sequence[Image.Image], instruction: str
     ) -> dict[str, torch.Tensor]:
-        return self._to_model(self.processor_inputs([self.prompt_text(instruction)], [images]))
+        inputs = self.processor_inputs([self.prompt_text(instruction)], [images])
+        return self._to_model(self._for_model(inputs))
 
 
 @dataclass
