@@ -32,11 +32,11 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
+from paco_reward.hub import default_model_name
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.gateway_config import GatewayConfig
 from paco_reward.templates import TEMPLATES
@@ -101,9 +101,7 @@ class ModelArguments:
     def load_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``PacoReward.from_pretrained`` (and ``TransformersBackend``'s)
         after ``MODEL``."""
-        names = ("adapter", "revision", "cache_dir", "trust_remote_code",
-                 "attn_implementation", "dtype", "device")  # fmt: skip
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in (*PER_MODEL, *SHARED)}
 
     def load(self):
         """The :class:`~paco_reward.PacoReward` these arguments name."""
@@ -221,7 +219,7 @@ class ServeArguments(ModelArguments, ServerConfig):
         """The served name of each model."""
         if not self.served_model_name:
             adapters = self.per_model("adapter")
-            return [Path(str(a or m)).name for m, a in zip(self.model, adapters)]
+            return [default_model_name(m, a) for m, a in zip(self.model, adapters)]
         if len(self.served_model_name) != len(self.model) or not all(
             name.strip() for name in self.served_model_name
         ):
@@ -391,8 +389,7 @@ def gateway(args: GatewayArguments) -> int:
 
     _warn_if_open(args.host, args.api_key)
     upstreams = args.upstream_urls()
-    fields = GatewayConfig.__dataclass_fields__
-    app = create_gateway(upstreams, GatewayConfig(**{name: getattr(args, name) for name in fields}))
+    app = create_gateway(upstreams, args)  # the arguments are a checked GatewayConfig
     print(f"paco-reward gateway: {upstreams} on http://{args.host}:{args.port}/v1")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

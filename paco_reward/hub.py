@@ -38,6 +38,7 @@ __all__ = [
     "PIPELINE_KWARGS",
     "check_kwargs",
     "check_source",
+    "default_model_name",
     "hub_kwargs",
 ]
 
@@ -69,6 +70,17 @@ PIPELINE_KWARGS = (
     "quantization_config",
     "disable_mmap",
 )
+
+
+def default_model_name(path_or_id: str | Path, adapter: str | Path | None = None) -> str:
+    """The name a loaded evaluator goes by when none is given: its adapter's (else its
+    model's) folder or hub repository name.
+
+    Example:
+        >>> default_model_name("X-GenGroup/PaCo-Reward-7B")
+        'PaCo-Reward-7B'
+    """
+    return Path(str(adapter or path_or_id)).name
 
 
 def hub_kwargs(

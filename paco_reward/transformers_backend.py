@@ -39,7 +39,14 @@ from PIL import Image
 
 from paco_reward.devices import default_device, resolve_device
 from paco_reward.errors import InputError
-from paco_reward.hub import ADAPTER_KWARGS, HUB_KWARGS, check_kwargs, check_source, hub_kwargs
+from paco_reward.hub import (
+    ADAPTER_KWARGS,
+    HUB_KWARGS,
+    check_kwargs,
+    check_source,
+    default_model_name,
+    hub_kwargs,
+)
 from paco_reward.modeling import (
     check_vision_language_config,
     is_qwen_vl_processor,
@@ -277,7 +284,7 @@ class TransformersBackend:
                 model = model.merge_and_unload()
         if device is not None:
             model = model.to(device)
-        name = Path(str(adapter or path_or_id)).name
+        name = default_model_name(path_or_id, adapter)
         return backend_class(model, processor, name=name, **backend_kwargs)
 
     @classmethod

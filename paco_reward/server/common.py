@@ -11,7 +11,8 @@ from __future__ import annotations
 import hmac
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,6 +20,8 @@ from starlette.responses import JSONResponse
 
 from paco_reward.server.decode import RequestError
 from paco_reward.server.limits import BodyLimitMiddleware
+
+_Entry = TypeVar("_Entry")
 
 logger = logging.getLogger(__name__)
 
@@ -92,14 +95,17 @@ def check_api_key(request: Request, api_key: str | None) -> None:
         )
 
 
-def unknown_model(name: object, served: Iterable[str], where: str = "server") -> RequestError:
-    """The 404 for a request whose ``model`` is not served, listing the names that are."""
-    return RequestError(
-        f"The model `{name}` does not exist. This {where} serves {sorted(served)} "
-        "(see /v1/models).",
-        status=404,
-        code="model_not_found",
-    )
+def served_entry(served: Mapping[str, _Entry], name: object, where: str = "server") -> _Entry:
+    """What ``served`` holds for the ``model`` a request names, or the 404 that lists the
+    served names."""
+    if not isinstance(name, str) or name not in served:
+        raise RequestError(
+            f"The model `{name}` does not exist. This {where} serves {sorted(served)} "
+            "(see /v1/models).",
+            status=404,
+            code="model_not_found",
+        )
+    return served[name]
 
 
 def add_request_middleware(app: Starlette, max_body_bytes: int, who: str) -> None:

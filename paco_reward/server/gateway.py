@@ -48,7 +48,7 @@ from paco_reward.server.common import (
     internal_error,
     request_error,
     request_id_of,
-    unknown_model,
+    served_entry,
 )
 from paco_reward.server.decode import RequestError
 from paco_reward.server.gateway_config import GatewayConfig
@@ -184,9 +184,7 @@ class Gateway:
         check_api_key(request, self.config.api_key)
         body = await request.body()
         name = load_json(body).get("model")
-        if not isinstance(name, str) or name not in self.upstreams:
-            raise unknown_model(name, self.upstreams, where="gateway")
-        upstream = self.upstreams[name]
+        upstream = served_entry(self.upstreams, name, where="gateway")
         headers = [
             (key, value)
             for key, value in request.headers.raw

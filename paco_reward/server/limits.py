@@ -1,5 +1,6 @@
-"""Limits on how a request reaches a uvicorn server, whatever its framing: the reward server
-and ``paco-data annotate`` hold their limits with these.
+"""Limits on how a request reaches a uvicorn server, whatever its framing: the reward server,
+the gateway and ``paco-data annotate`` hold their body limits with the first, and
+``paco-data annotate`` its receive deadline with the second.
 
 * :class:`BodyLimitMiddleware` (ASGI) answers instead of the app once a body exceeds its limit,
   by the ``Content-Length`` it declares or by the bytes actually received: a chunked body, or

@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from paco_reward.images import resize_for_model
 from paco_reward.server.batcher import MicroBatcher
-from paco_reward.server.common import check_api_key, unknown_model
+from paco_reward.server.common import check_api_key, served_entry
 from paco_reward.server.config import ServerConfig
 from paco_reward.server.decode import RequestError, decode_data_url
 from paco_reward.server.schemas import load_json
@@ -98,9 +98,7 @@ class ServerState:
 
     def model(self, name: object) -> ServedModel:
         """The model a request names, or a 404 listing the served names."""
-        if not isinstance(name, str) or name not in self.models:
-            raise unknown_model(name, self.models)
-        return self.models[name]
+        return served_entry(self.models, name)
 
     async def read(self, request: Request) -> tuple[ServedModel, dict]:
         """Authorize, read the JSON body and pick the model it names."""

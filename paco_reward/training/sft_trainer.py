@@ -36,8 +36,8 @@ from trl import SFTTrainer
 from paco_reward.errors import InputError, InputTypeError
 from paco_reward.modeling import load_vision_language_model, vision_tower
 from paco_reward.training.callbacks import MetricsFileCallback
-from paco_reward.training.collator import IGNORE_INDEX, PacoSFTCollator
-from paco_reward.training.loss import first_token_weighted_loss, loss_normalizer
+from paco_reward.training.collator import PacoSFTCollator
+from paco_reward.training.loss import IGNORE_INDEX, first_token_weighted_loss, loss_normalizer
 from paco_reward.training.metrics import compute_decision_metrics
 from paco_reward.training.sft_config import PacoSFTConfig
 from paco_reward.yes_no import YesNoTokens, yes_probability
