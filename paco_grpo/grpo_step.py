@@ -97,6 +97,12 @@ class GRPOStep:
         self.by_hand = accelerator.num_processes > 1 and not sharded
 
     @property
+    def stat_keys(self) -> tuple[str, ...]:
+        """The names of the stats a step reports: :data:`TRAIN_STATS`, and ``kl`` with a KL
+        term."""
+        return TRAIN_STATS + (("kl",) if self.with_kl else ())
+
+    @property
     def with_kl(self) -> bool:
         """Whether the frozen base runs: ``beta > 0`` or ``log_kl``."""
         return self.config.beta > 0 or self.config.log_kl
@@ -110,8 +116,7 @@ class GRPOStep:
         model = self.model
         model.train()  # gradient checkpointing runs in training mode only
         num_steps = samples[window[0][0]]["latents"].shape[0]
-        keys = TRAIN_STATS + (("kl",) if self.with_kl else ())
-        out = GRPOStepOutput(stats={k: [] for k in keys})
+        out = GRPOStepOutput(stats={k: [] for k in self.stat_keys})
         for k, idx in enumerate(window):
             batch = self.rollout.collate(samples, idx, advantages)
             for j in range(num_steps):
@@ -133,7 +138,7 @@ class GRPOStep:
                     )
                     self.accelerator.backward(terms["loss"] / (num_steps * len(window)))
                 out.ratios.append(terms["ratio"].detach())
-                for key in keys:
+                for key in out.stats:
                     out.stats[key].append(float(terms[key].detach().float().mean()))
         if self.by_hand:
             self.average_gradients()

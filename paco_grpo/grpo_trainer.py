@@ -51,7 +51,7 @@ from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
-from paco_grpo.grpo_step import TRAIN_STATS, GRPOStep, GRPOStepOutput
+from paco_grpo.grpo_step import GRPOStep, GRPOStepOutput
 from paco_grpo.pipelines import get_pipeline_spec
 from paco_grpo.planning import plan_grpo
 from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
@@ -273,7 +273,7 @@ class GRPOTrainer:
         """Clipped-PPO updates on the recorded noise steps; returns the epoch's training stats."""
         cfg = self.config
         advantages = np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
-        stats: dict[str, list[float]] = {}
+        stats: dict[str, list[float]] = {k: [] for k in self.step.stat_keys}
         first_update_ratios: list[torch.Tensor] = []
         lrs: list[float] = []
         grad_norms: list[float] = []
@@ -283,12 +283,10 @@ class GRPOTrainer:
                 if not lrs:  # the first optimizer step: still on-policy
                     first_update_ratios = out.ratios
                 for key, values in out.stats.items():
-                    stats.setdefault(key, []).extend(values)
+                    stats[key].extend(values)
                 lrs.append(out.lr)
                 grad_norms.append(out.grad_norm)
-        keys = TRAIN_STATS + (("kl",) if self.step.with_kl else ())
-        metrics = {f"train/{k}": float(np.mean(stats[k])) if stats.get(k) else float("nan")
-                   for k in keys}  # fmt: skip
+        metrics = {f"train/{k}": float(np.mean(v)) if v else float("nan") for k, v in stats.items()}
         if first_update_ratios:
             r = torch.cat(first_update_ratios)
             metrics["train/ratio_first_update"] = float(r.mean())

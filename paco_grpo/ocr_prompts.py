@@ -20,7 +20,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from paco_grpo.rewards.ocr_text import quoted_text
+from paco_grpo.rewards.base import positive_int
+from paco_grpo.rewards.ocr_text import normalize_text, quoted_text
 from paco_reward.errors import InputError
 
 __all__ = ["TEMPLATES", "generate_ocr_prompts", "write_ocr_prompts"]
@@ -276,13 +277,12 @@ def generate_ocr_prompts(num_prompts: int, seed: int = 0) -> list[str]:
         >>> len(set(prompts)), all('"' in p for p in prompts)
         (3, True)
     """
-    if not isinstance(num_prompts, int) or isinstance(num_prompts, bool) or num_prompts < 1:
-        raise InputError(f"num_prompts must be a positive integer; got {num_prompts!r}.")
+    positive_int("num_prompts", num_prompts)
     rng = random.Random(seed)
     prompts, texts, repeats = [], set(), 0
     while len(prompts) < num_prompts:
         text = _text(rng)
-        if text.casefold() in texts:  # a text is used once (the reward ignores case)
+        if normalize_text(text) in texts:  # a text is used once, as the reward compares it
             repeats += 1
             if repeats > _MAX_REPEATS:
                 raise InputError(
@@ -291,7 +291,7 @@ def generate_ocr_prompts(num_prompts: int, seed: int = 0) -> list[str]:
                 )
             continue
         repeats = 0
-        texts.add(text.casefold())
+        texts.add(normalize_text(text))
         prompts.append(rng.choice(TEMPLATES).format(text=text))
     return prompts
 
@@ -309,9 +309,8 @@ def write_ocr_prompts(
         >>> write_ocr_prompts("recipes/data", 1000, 100, seed=0)   # doctest: +SKIP
         (PosixPath('recipes/data/ocr_train.txt'), PosixPath('recipes/data/ocr_test.txt'))
     """
-    for name, value in (("num_train", num_train), ("num_test", num_test)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive integer; got {value!r}.")
+    positive_int("num_train", num_train)
+    positive_int("num_test", num_test)
     prompts = generate_ocr_prompts(num_train + num_test, seed=seed)
     for prompt in prompts:
         quoted_text(prompt)  # every prompt has the target the reward reads

@@ -149,17 +149,17 @@ def _reward_components(
     return out
 
 
+def _train_rewards(config: GRPOConfig) -> dict[str, dict]:
+    """The training rewards as ``{name: constructor arguments}``."""
+    return {name: (config.reward_kwargs or {}).get(name) or {} for name in config.rewards}
+
+
 def _served_rewards(config: GRPOConfig, built: Collection[str]) -> dict[str, list[tuple]]:
     """``{server URL: [(reward, model name), ...]}`` of the rewards the config scores on a
     server, training and test rewards alike (a list of replicas is one entry per URL)."""
-    sections = [(config.rewards, config.reward_kwargs)]
-    if config.test.rewards is not None or config.test.reward_kwargs is not None:
-        sections.append((config.test.rewards or config.rewards,
-                         config.test.reward_kwargs or config.reward_kwargs))  # fmt: skip
     served: dict[str, list[tuple]] = {}
-    for rewards, reward_kwargs in sections:
-        for name in rewards:
-            kwargs = (reward_kwargs or {}).get(name) or {}
+    for rewards in (_train_rewards(config), config.separate_test_rewards()):
+        for name, kwargs in rewards.items():
             urls = kwargs.get("server_url")
             if name in built or not urls:
                 continue
@@ -305,8 +305,7 @@ def plan_grpo(
             f"({'off' if ckpt else 'on'}: {other:.1f} GiB)",
         )  # fmt: skip
     )
-    train_rewards = {name: (config.reward_kwargs or {}).get(name) or {} for name in config.rewards}
-    components += _reward_components(train_rewards, built_rewards)
+    components += _reward_components(_train_rewards(config), built_rewards)
     components += _reward_components(
         config.separate_test_rewards(), built_test_rewards, label="test reward"
     )

@@ -41,6 +41,7 @@ __all__ = [
     "acall_reward",
     "check_scores",
     "model_dtype",
+    "positive_int",
 ]
 
 # The failures of one item's input, which score that item NaN (and nothing else).
@@ -82,6 +83,19 @@ def model_dtype(dtype: str):
     if dtype not in MODEL_DTYPES:
         raise InputError(f"dtype must be one of {MODEL_DTYPES}; got {dtype!r}.")
     return getattr(torch, dtype)
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value``, or an ``InputError`` naming ``name`` when it is not a positive integer (a
+    bool is not).
+
+    Example:
+        >>> positive_int("batch_size", 8)
+        8
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"{name} must be a positive integer; got {value!r}.")
+    return value
 
 
 async def acall_reward(reward: Any, images, prompts, metadata) -> np.ndarray:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, model_dtype
+from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, model_dtype, positive_int
 from paco_grpo.rewards.ocr_text import ocr_score, quoted_text
 from paco_reward.devices import resolve_device
-from paco_reward.errors import InputError, UnsupportedModelError
+from paco_reward.errors import UnsupportedModelError
 from paco_reward.hub import hub_kwargs
 from paco_reward.images import ImageInput, load_image
 from paco_reward.modeling import load_vision_language_model
@@ -101,9 +101,8 @@ class OCRReader:
     ) -> None:
         from transformers import AutoConfig, AutoProcessor, GenerationConfig
 
-        for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name} must be a positive integer; got {value!r}.")
+        positive_int("batch_size", batch_size)
+        positive_int("max_new_tokens", max_new_tokens)
         self.dtype = model_dtype(dtype)
         self.device = resolve_device(device)
         self.batch_size = batch_size
