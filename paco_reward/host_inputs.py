@@ -31,7 +31,7 @@ from paco_reward.errors import PromptError, VisionAttentionError
 from paco_reward.modeling import vision_tower
 from paco_reward.vision_attention import CHECKED_TRANSFORMERS
 
-__all__ = ["PromptRows", "VisionGridInputs", "causal_padding_mask"]
+__all__ = ["PromptRows", "VisionGridInputs", "causal_padding_mask", "padding_mask"]
 
 Grid = tuple[int, int, int]
 # Vision towers whose forward reads the precomputed inputs below, and which besides the rotary
@@ -220,6 +220,18 @@ def expand_image_tokens(
     return out
 
 
+def padding_mask(padding: torch.Tensor, width: int) -> torch.Tensor:
+    """The boolean 2-D mask (``[batch, width]``, True on real tokens) of a left-padded batch
+    from ``padding`` (``[batch]``: the pad tokens before each row), on its device.
+
+    Example:
+        >>> padding_mask(torch.tensor([1, 0]), 3).int()
+        tensor([[0, 1, 1],
+                [1, 1, 1]], dtype=torch.int32)
+    """
+    return torch.arange(width, device=padding.device)[None, :] >= padding[:, None]
+
+
 def causal_padding_mask(padding: torch.Tensor, width: int) -> torch.Tensor:
     """The boolean 4-D mask (``[batch, 1, width, width]``, True where a query may attend)
     that transformers' ``create_causal_mask`` builds for sdpa from a left-padded batch's 2-D
@@ -234,5 +246,4 @@ def causal_padding_mask(padding: torch.Tensor, width: int) -> torch.Tensor:
     """
     position = torch.arange(width, device=padding.device)
     causal = position[None, :] <= position[:, None]
-    real_key = position[None, :] >= padding[:, None]
-    return causal[None, None] & real_key[:, None, None, :]
+    return causal[None, None] & padding_mask(padding, width)[:, None, None, :]

@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import host_to_device, pin_for
-from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask
+from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask, padding_mask
 from paco_reward.images import ImagePolicy
 from paco_reward.modeling import (
     ImageFeatures,
@@ -267,7 +267,7 @@ class LocalBackend(TransformersBackend):
         width = chunk.input_ids.shape[1]
         if self.text_attention == "sdpa":
             return causal_padding_mask(padding, width)
-        return (torch.arange(width, device=padding.device)[None, :] >= padding[:, None]).long()
+        return padding_mask(padding, width).long()
 
     def _chunk_logits(self, chunk: _TextChunk, features: Sequence[ImageFeatures]) -> torch.Tensor:
         with self._device_stage("llm"):
@@ -307,7 +307,7 @@ class LocalBackend(TransformersBackend):
         grid_list = [(int(t), int(h), int(w)) for t, h, w in grids.tolist()]
         input_ids, _, padding = self._left_padded(self._pair_rows(pairs, grid_list))
         occurrences = [i for a, b, _ in pairs for i in (a, b)]
-        attention_mask = torch.arange(input_ids.shape[1])[None, :] >= padding[:, None]
+        attention_mask = padding_mask(padding, input_ids.shape[1])
         return {
             "input_ids": input_ids,
             "attention_mask": attention_mask.long(),
@@ -327,38 +327,17 @@ class LocalBackend(TransformersBackend):
         chunk = self._text_chunk(self._pair_rows(pairs, grid_list), occurrences)
         return self._chunk_logits(chunk, features)
 
-    @torch.inference_mode()
-    def first_token_outputs(
-        self,
-        images: Sequence[Image.Image],
-        pairs: Sequence[PairRequest],
-        reduce: Callable[[torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        """``reduce`` of the first-answer-token logits of ``pairs`` (indices into
-        ``images``), on the host, in the order of ``pairs``. ``reduce`` maps a chunk's logits
-        ``[n, vocab]`` to a ``[n, ...]`` tensor on the device; its results come back in one
-        transfer at the end of the call. Every scoring path goes through here (the scores,
-        the server's log-probabilities).
-
-        Example:
-            >>> backend.first_token_outputs(images, [(0, 1, text)], lambda x: x.argmax(-1))  # doctest: +SKIP
-            tensor([9454])
-        """
-        used = sorted({i for a, b, _ in pairs for i in (a, b)})
-        local = {index: k for k, index in enumerate(used)}
-        features, grids = self.encode_images([images[i] for i in used])
-        requests = [(local[a], local[b], text) for a, b, text in pairs]
+    def _text_chunks(
+        self, images: Sequence[Image.Image], requests: Sequence[PairRequest]
+    ) -> tuple[list[ImageFeatures], list[int], Callable[[list[int]], _TextChunk]]:
+        features, grids = self.encode_images(images)
         rows = self._pair_rows(requests, [tuple(g) for g in grids.tolist()])
 
         def prepare(chunk: list[int]) -> _TextChunk:
             occurrences = [i for k in chunk for i in requests[k][:2]]
             return self._text_chunk([rows[k] for k in chunk], occurrences)
 
-        return self._in_length_order(
-            [len(ids) for ids, _ in rows],
-            prepare,
-            lambda chunk: reduce(self._chunk_logits(chunk, features)),
-        )
+        return features, [len(ids) for ids, _ in rows], prepare
 
     # ------------------------------------------------------------------ generation
     def generation_inputs(

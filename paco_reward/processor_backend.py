@@ -244,41 +244,26 @@ class ProcessorBackend(TransformersBackend):
             out = self.model(**inputs, logits_to_keep=1, use_cache=False)
             return out.logits[:, -1, :]
 
-    @torch.inference_mode()
-    def first_token_outputs(
-        self,
-        images: Sequence[Image.Image],
-        pairs: Sequence[PairRequest],
-        reduce: Callable[[torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        """``reduce`` of the first-answer-token logits of ``pairs`` (indices into
-        ``images``), on the host, in the order of ``pairs`` (see
-        :meth:`TransformersBackend.first_token_outputs`).
-
-        Example:
-            >>> backend.first_token_outputs(images, [(0, 1, text)], lambda x: x.argmax(-1))  # doctest: +SKIP
-            tensor([108])
-        """
-        used = sorted({i for a, b, _ in pairs for i in (a, b)})
-        local = {index: k for k, index in enumerate(used)}
-        features = self.encode_images([images[i] for i in used])
+    def _text_chunks(
+        self, images: Sequence[Image.Image], requests: Sequence[PairRequest]
+    ) -> tuple[list[ImageFeatures] | None, list[int], Callable[[list[int]], _Chunk]]:
+        features = self.encode_images(images)
 
         def prepare(chunk: list[int]) -> _Chunk:
             with self._host_stage("preprocess"):
-                requests = [pairs[k] for k in chunk]
-                groups = [(images[a], images[b]) for a, b, _ in requests]
+                chunk_requests = [requests[k] for k in chunk]
+                groups = [(images[a], images[b]) for a, b, _ in chunk_requests]
                 if features is None:
-                    texts = [self.prompt_text(text) for _, _, text in requests]
+                    texts = [self.prompt_text(text) for _, _, text in chunk_requests]
                     return _Chunk(self._for_model(self.processor_inputs(texts, groups)), None)
-                rows = [self._rows(text, group) for (_, _, text), group in zip(requests, groups)]
-                occurrences = [local[i] for a, b, _ in requests for i in (a, b)]
+                rows = [
+                    self._rows(text, group)
+                    for (_, _, text), group in zip(chunk_requests, groups)
+                ]  # fmt: skip
+                occurrences = [i for a, b, _ in chunk_requests for i in (a, b)]
                 return _Chunk(self._for_model(self._left_padded(rows)), occurrences)
 
-        return self._in_length_order(
-            [len(self.prompt_text(text)) for _, _, text in pairs],
-            prepare,
-            lambda chunk: reduce(self._chunk_logits(chunk, features)),
-        )
+        return features, [len(self.prompt_text(text)) for _, _, text in requests], prepare
 
     # ------------------------------------------------------------------ generation
     def generation_inputs(

@@ -341,6 +341,7 @@ class TransformersBackend:
         return results
 
     # ------------------------------------------------------------------ scoring
+    @torch.inference_mode()
     def first_token_outputs(
         self,
         images: Sequence[Image.Image],
@@ -349,8 +350,36 @@ class TransformersBackend:
     ) -> torch.Tensor:
         """``reduce`` of the first-answer-token logits of ``pairs`` (indices into
         ``images``), on the host, in the order of ``pairs``. ``reduce`` maps a chunk's logits
-        ``[n, vocab]`` to a ``[n, ...]`` tensor on the device. Every scoring path goes through
-        here (the scores, the server's log-probabilities)."""
+        ``[n, vocab]`` to a ``[n, ...]`` tensor on the device; its results come back in one
+        transfer at the end of the call. Every scoring path goes through here (the scores,
+        the server's log-probabilities).
+
+        Each image the pairs use is encoded once (:meth:`encode_images`); the pairs then run
+        in chunks of similar length (:meth:`_in_length_order`).
+
+        Example:
+            >>> backend.first_token_outputs(images, [(0, 1, text)], lambda x: x.argmax(-1))  # doctest: +SKIP
+            tensor([9454])
+        """
+        used = sorted({i for a, b, _ in pairs for i in (a, b)})
+        local = {index: k for k, index in enumerate(used)}
+        requests = [(local[a], local[b], text) for a, b, text in pairs]
+        used_images = [images[i] for i in used]
+        features, lengths, prepare = self._text_chunks(used_images, requests)
+        return self._in_length_order(
+            lengths, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
+        )
+
+    def _text_chunks(
+        self, images: Sequence[Image.Image], requests: Sequence[PairRequest]
+    ) -> tuple[Any, list[int], Callable[[list[int]], Any]]:
+        """For :meth:`first_token_outputs`: the features of ``images`` (each used by
+        ``requests``), each request's length to sort by, and the function that prepares a
+        chunk of request indices on the host (worker thread) for :meth:`_chunk_logits`."""
+        raise NotImplementedError
+
+    def _chunk_logits(self, chunk: Any, features: Any) -> torch.Tensor:
+        """The last position's logits ``[n, vocab]`` of a prepared chunk, on the device."""
         raise NotImplementedError
 
     def score_batch(
