@@ -50,6 +50,10 @@ class AnnotateLoadArguments:
     progress_calls: int = config_field(20, help="Timed /api/progress requests.")
     output: str | None = config_field(None, help="Write the results as JSON here.")
 
+    def __post_init__(self) -> None:
+        if self.team < ANNOTATORS:
+            raise ConfigError(f"--team must be at least {ANNOTATORS}; got {self.team}")
+
 
 @dataclass
 class Latency:
@@ -74,7 +78,8 @@ def make_work_folder(root: Path, rankings: int, team: int) -> Path:
     from data_pipeline.instances import build_instances
     from data_pipeline.pipeline import SyntheticConfig, make_synthetic_inputs, simulate_rankings
     from data_pipeline.prompts import prepare_prompts
-    from data_pipeline.rankings import annotation_store
+    from data_pipeline.rankings import ANNOTATIONS_FILE
+    from data_pipeline.storage import read_jsonl, write_jsonl
 
     work = root / "work"
     n_prompts = max(1, math.ceil(rankings / (ANNOTATORS * INSTANCES_PER_PROMPT)))
@@ -84,15 +89,15 @@ def make_work_folder(root: Path, rankings: int, team: int) -> Path:
     ingest_grids(inputs["grids"], work)
     build_instances(work)
     simulated = simulate_rankings(work, root / "simulated.jsonl")
-    store = annotation_store(work)
-    for i, line in enumerate(simulated.read_text().splitlines()):
-        record = json.loads(line)  # the simulator's records go instance by instance
+    records = read_jsonl(simulated)  # the simulator's records go instance by instance
+    for i, record in enumerate(records):
         record.update(
             annotator=f"annotator{i % team}",
             time=f"2026-01-01T00:00:{i % 60:02d}.000Z",
             seconds=5.0 + i % 7,
         )
-        store.append(record)
+    # One write of the whole store (the lines annotation_store(work).append would write).
+    write_jsonl(work / ANNOTATIONS_FILE, records)
     return work
 
 
@@ -141,9 +146,11 @@ def timed(call) -> float:
 
 def submit_all(client: httpx.Client, annotator: str, instances: list[dict]) -> list[float]:
     """Seconds of each submission of ``annotator``'s ranking (candidates in order)."""
+    from data_pipeline.annotate.store import candidate_id
+
     seconds = []
     for instance in instances:
-        ranking = [[f"{c['grid']}_{c['pos']}"] for c in instance["candidates"]]
+        ranking = [[candidate_id(c)] for c in instance["candidates"]]
         body = {"annotator": annotator, "instance_id": instance["instance_id"], "ranking": ranking}
         seconds.append(timed(lambda b=body: client.post("/api/rankings", json=b)))
     return seconds
@@ -151,14 +158,13 @@ def submit_all(client: httpx.Client, annotator: str, instances: list[dict]) -> l
 
 def run(args: AnnotateLoadArguments) -> int:
     """Build the folder, serve it, time the requests and print the table."""
+    from data_pipeline.instances import INSTANCES_FILE
+    from data_pipeline.storage import read_jsonl
     from paco_reward.server.runner import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         work = make_work_folder(Path(tmp), args.rankings, args.team)
-        lines = (work / "instances.jsonl").read_text().splitlines()
-        instances = [json.loads(line) for line in lines]
-        if args.team < ANNOTATORS:
-            raise ConfigError(f"--team must be at least {ANNOTATORS}; got {args.team}")
+        instances = read_jsonl(work / INSTANCES_FILE)
         if len(instances) < 2 * args.submits:
             raise ConfigError(f"--submits {args.submits} needs {2 * args.submits} instances")
         with (

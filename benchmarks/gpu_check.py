@@ -91,6 +91,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.scoring_flops import BF16_PEAK_TFLOPS
 from benchmarks.scoring_rows import (
     RowSettings,
     environment_of,
@@ -162,7 +163,9 @@ class GpuCheckArguments:
     panel: int = config_field(256, help="GRPO reward row: panel side in pixels.")
     grpo_batch_size: int = config_field(32, help="GRPO reward row: pairs per forward.")
     bf16_peak_tflops: float = config_field(
-        989.4, help="The GPU's dense bf16 peak (H100 SXM / H200: 989.4) a row's FLOP/s is over."
+        BF16_PEAK_TFLOPS,
+        help=f"The GPU's dense bf16 peak (H100 SXM / H200: {BF16_PEAK_TFLOPS}) a row's FLOP/s "
+        "is over.",
     )
     train_steps: int = config_field(3, help="Timed training steps (after a warm-up step).")
     recipe: list[str] = config_field(

@@ -29,9 +29,11 @@ fails when it is over ``--tolerance``). ``docs/benchmarks.md`` has the figures::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,11 +166,10 @@ def qwen2_5_vl_judge(args: ScoringSpeedArguments):
     return model, processor, LocalBackend(model, processor, batch_size=args.batch_size), described
 
 
-def gemma3_judge(args: ScoringSpeedArguments):
-    """Gemma-3-4B-IT's architecture, reduced (a folder under a temporary directory, built by
-    :func:`paco_reward.testing.build_tiny_gemma3`); its backend and a line that describes it."""
-    import tempfile
-
+def gemma3_judge(args: ScoringSpeedArguments, root: Path):
+    """Gemma-3-4B-IT's architecture, reduced (a folder under ``root``, a temporary directory,
+    built by :func:`paco_reward.testing.build_tiny_gemma3`); its backend and a line that
+    describes it."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from paco_reward.architectures import shipped_config
@@ -198,7 +199,7 @@ def gemma3_judge(args: ScoringSpeedArguments):
         "image_size": vision["image_size"],
         "patch_size": vision["patch_size"],
     }
-    folder = Path(tempfile.mkdtemp(prefix="gemma3-speed-")) / "model"
+    folder = root / "model"
     build_tiny_gemma3(folder, tokens_per_image=256, text_config=text, vision_config=vision)
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     processor = AutoProcessor.from_pretrained(folder)
@@ -219,12 +220,23 @@ def gemma3_judge(args: ScoringSpeedArguments):
 def run(args: ScoringSpeedArguments) -> int:
     """Build the model, score the pairs both ways interleaved, print the table; 1 when the
     scores differ by more than ``--tolerance``."""
-    from paco_reward import PacoReward
-
     if args.threads:
         torch.set_num_threads(args.threads)
-    judge = gemma3_judge if args.family == "gemma3" else qwen2_5_vl_judge
-    model, processor, backend, described = judge(args)
+    with contextlib.ExitStack() as stack:
+        if args.family == "gemma3":  # its model folder lives as long as the run
+            root = stack.enter_context(tempfile.TemporaryDirectory(prefix="gemma3-speed-"))
+            judged = gemma3_judge(args, Path(root))
+        else:
+            judged = qwen2_5_vl_judge(args)
+        return compare(args, *judged)
+
+
+def compare(args: ScoringSpeedArguments, model, processor, backend, described: str) -> int:
+    """Score the pairs with ``model`` (transformers' forward, on a copy) and ``backend``
+    (``PacoReward``) interleaved and print the table; 1 when the scores differ by more than
+    ``--tolerance``."""
+    from paco_reward import PacoReward
+
     reference = TransformersReference(copy.deepcopy(model), processor, args.batch_size)
     reward = PacoReward(backend)
     paths = {"transformers": reference.score_pairs, "PacoReward": reward.score_pairs}

@@ -42,16 +42,15 @@ import torch
 from PIL import Image
 from transformers import TrainerCallback
 
+from benchmarks.gpu_check import REWARD_ARCHITECTURES, SFT_RECIPE
+from benchmarks.gpu_check import _depth as _scaled
+from paco_reward.architectures import MODELS
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-SFT_RECIPE = RECIPES / "paco_reward_7b_lora.yaml"
 # The recipes' evaluator architectures, by the hub id a recipe names (gpu_check's keys).
 ARCHITECTURES = {
-    "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b",
-    "X-GenGroup/PaCo-Reward-7B": "qwen2_5_vl_7b",
-    "Qwen/Qwen3-VL-8B-Instruct": "qwen3_vl_8b",
+    hub: Path(file).stem for hub, file in MODELS.items() if Path(file).stem in REWARD_ARCHITECTURES
 }
 # A long enough reason: the collator cuts the answer to the planned length.
 REASON = "The first panel keeps the fox's red scarf and the second loses it. "
@@ -171,12 +170,11 @@ def checkpointed_peak(with_checkpointing: SavedActivationMeter,
 @dataclass
 class SFTStep:
     """A trainer ready to run steps of a recipe's shape: ``trainer`` (its model random, of
-    the recipe's architecture at ``scale``), ``rows`` (one micro-batch of synthetic pairs),
+    the recipe's architecture at ``scale``, training on one micro-batch of synthetic pairs),
     ``architecture`` (the model's config as the planner reads it) and ``tokens`` of one pair
     (``prompt``, ``image`` per image, ``answer``)."""
 
     trainer: Any
-    rows: Any
     architecture: dict[str, Any]
     tokens: dict[str, int]
     image_side: int
@@ -192,10 +190,6 @@ class SFTStep:
     def language_model_layers(self) -> torch.nn.ModuleList:
         base = self.trainer.model.get_base_model()
         return base.get_decoder().layers
-
-
-def _scaled(value: int, scale: float) -> int:
-    return max(1, round(value * scale))
 
 
 def pair_rows(count: int, side: int, seed: int = 0):
@@ -301,16 +295,16 @@ def _build(recipe: str | Path, scale: float, device: torch.device, dtype: torch.
     trainer.remove_callback(MetricsFileCallback)  # no metrics files or loss plot to write
     tokens = {"prompt": prompt_and_images - 2 * image_tokens, "image": image_tokens,
               "answer": ANSWER_TOKENS}  # fmt: skip
-    return SFTStep(trainer, rows, model.config.to_dict(), tokens, side)
+    return SFTStep(trainer, model.config.to_dict(), tokens, side)
 
 
 class _Steps(TrainerCallback):
-    """Times each optimizer step (the device synchronised) and, from ``first_timed`` on,
-    tracks the device's peak memory; meters the steps in ``metered``."""
+    """Times each optimizer step (the device synchronised) and, from the second (the first
+    after the warm-up) on, tracks the device's peak memory; meters the steps in ``metered``."""
 
-    def __init__(self, device: torch.device, first_timed: int = 1,
+    def __init__(self, device: torch.device,
                  metered: dict[int, SavedActivationMeter] | None = None) -> None:  # fmt: skip
-        self.device, self.first_timed = device, first_timed
+        self.device = device
         self.metered = metered or {}
         self.seconds: list[float] = []
         self.peak: int | None = None
@@ -321,7 +315,7 @@ class _Steps(TrainerCallback):
             torch.cuda.synchronize(self.device)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == self.first_timed and self.device.type == "cuda":
+        if state.global_step == 1 and self.device.type == "cuda":
             self._sync()
             torch.cuda.reset_peak_memory_stats(self.device)
         if state.global_step in self.metered:
@@ -338,14 +332,14 @@ class _Steps(TrainerCallback):
             self.peak = int(torch.cuda.max_memory_allocated(self.device))
 
 
-def run_steps(step: SFTStep, steps: int, metered: tuple[int, ...] = (),
-              first_timed: int = 1) -> tuple[_Steps, dict[int, SavedActivationMeter]]:  # fmt: skip
+def run_steps(step: SFTStep, steps: int, metered: tuple[int, ...] = ()
+              ) -> tuple[_Steps, dict[int, SavedActivationMeter]]:  # fmt: skip
     """``Trainer.train`` for ``steps`` optimizer steps; the steps in ``metered`` (0-based)
     under a :class:`SavedActivationMeter` of the language model's layers."""
     trainer = step.trainer
     meters = {i: SavedActivationMeter(trainer.model, step.language_model_layers) for i in metered}
     device = trainer.args.device
-    callback = _Steps(device, first_timed, meters)
+    callback = _Steps(device, meters)
     trainer.args.max_steps = steps
     trainer.add_callback(callback)
     try:

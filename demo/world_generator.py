@@ -218,7 +218,7 @@ def train_vae(
 @torch.no_grad()
 def encode_latents(pipe, images: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """Packed latents of ``images``, normalised by the VAE's ``shift_factor`` and
-    ``scaling_factor``; ``normalise=True`` first sets those to the latents' mean and 1 / std,
+    ``scaling_factor``; ``normalize=True`` first sets those to the latents' mean and 1 / std,
     as FLUX's VAE config carries them."""
     vae = pipe.vae
     latents = torch.cat(
