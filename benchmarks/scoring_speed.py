@@ -11,14 +11,16 @@ windows an image) with varied themes, ``--batch_size`` pairs a forward, interlea
 
 * **transformers**: what a user of transformers writes, ``processor(text, images,
   padding=True)`` (left padding) + ``model(**inputs)``, the Yes/No probability of the last
-  position, on an untouched copy of the model;
-* **PacoReward**: ``PacoReward(LocalBackend(model, processor)).score_pairs(pairs)``.
+  position, on a model loaded for it alone (``AutoModelForImageTextToText.from_pretrained`` of
+  the saved folder: transformers' own vision attention);
+* **PacoReward**: ``PacoReward.from_pretrained(folder).score_pairs(pairs)``, its own copy
+  (``LocalBackend``, which groups the vision attention of that copy only).
 
 With ``--family gemma3`` the judge is Gemma-3-4B-IT's architecture instead (the shipped
 config at ``--scale`` of its text width and depth, the SigLIP tower's real 896 px input, 14 px
 patches and width at ``--scale``, its first ``--vision_blocks`` blocks, 256 image tokens an
-image), scored by ``PacoReward(ProcessorBackend(model, processor))``: the same model forward,
-each distinct image through the vision tower once (the reference runs it per pair).
+image: the judge registry's shrink function), scored by ``ProcessorBackend``: the same model
+forward, each distinct image through the vision tower once (the reference runs it per pair).
 
 It prints seconds per round, pairs/s, the ratio, and the largest score difference (the run
 fails when it is over ``--tolerance``). ``docs/benchmarks.md`` has the figures::
@@ -29,8 +31,6 @@ fails when it is over ``--tolerance``). ``docs/benchmarks.md`` has the figures::
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import statistics
 import sys
 import tempfile
@@ -148,14 +148,17 @@ def _timed(score: Callable[[list], np.ndarray], pairs) -> tuple[float, np.ndarra
     return time.perf_counter() - start, scores
 
 
-def qwen2_5_vl_judge(args: ScoringSpeedArguments):
-    """PaCo-Reward-7B's architecture, reduced; its backend and a line that describes it."""
+def qwen2_5_vl_judge(args: ScoringSpeedArguments, root: Path) -> tuple[Path, str]:
+    """PaCo-Reward-7B's architecture, reduced, saved in a folder under ``root`` (a temporary
+    directory); the folder and a line that describes the model."""
     from benchmarks.gpu_check import build_reward_model
-    from paco_reward.local_backend import LocalBackend
 
     model, processor, config = build_reward_model(
         args.scale, torch.device("cpu"), torch.float32, vision_blocks=args.vision_blocks
     )
+    folder = root / "model"
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
     vision = config["vision_config"]
     described = (
         f"Qwen2.5-VL-7B at scale {args.scale}: {config['num_hidden_layers']} text layers of "
@@ -163,82 +166,66 @@ def qwen2_5_vl_judge(args: ScoringSpeedArguments):
         f"(patch {vision['patch_size']}, window {vision['window_size']} px, full attention in "
         f"blocks {vision['fullatt_block_indexes']})"
     )
-    return model, processor, LocalBackend(model, processor, batch_size=args.batch_size), described
+    return folder, described
 
 
-def gemma3_judge(args: ScoringSpeedArguments, root: Path):
-    """Gemma-3-4B-IT's architecture, reduced (a folder under ``root``, a temporary directory,
-    built by :func:`paco_reward.testing.build_tiny_gemma3`); its backend and a line that
-    describes it."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+def gemma3_judge(args: ScoringSpeedArguments, root: Path) -> tuple[Path, str]:
+    """Gemma-3-4B-IT's architecture, reduced (:func:`~paco_reward.architectures.scaled.shrink_gemma3`,
+    the tower's first ``--vision_blocks`` blocks), built in a folder under ``root`` (a
+    temporary directory) by :func:`paco_reward.testing.build_tiny_gemma3`; the folder and a
+    line that describes the model."""
+    from paco_reward.architectures import model_config
+    from paco_reward.judges import JUDGE_SPECS
 
-    from paco_reward.architectures import shipped_config
-    from paco_reward.processor_backend import ProcessorBackend
-    from paco_reward.testing.gemma3 import build_tiny_gemma3
-
-    real = shipped_config("gemma3_4b_it.json")
-    text, vision = real["text_config"], real["vision_config"]
-    heads = vision["num_attention_heads"]
-    text = {
-        "vocab_size": 262208,
-        "hidden_size": round(text["hidden_size"] * args.scale),
-        "intermediate_size": round(text["intermediate_size"] * args.scale),
-        "num_hidden_layers": max(1, round(text["num_hidden_layers"] * args.scale)),
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "query_pre_attn_scalar": 256,
-        "sliding_window": text["sliding_window"],
-        "layer_types": None,  # Gemma-3's five sliding-window layers, then one global
-    }
-    vision = {
-        "hidden_size": round(vision["hidden_size"] * args.scale / heads) * heads,
-        "intermediate_size": round(vision["intermediate_size"] * args.scale),
-        "num_hidden_layers": args.vision_blocks,
-        "num_attention_heads": heads,
-        "image_size": vision["image_size"],
-        "patch_size": vision["patch_size"],
-    }
-    folder = root / "model"
-    build_tiny_gemma3(folder, tokens_per_image=256, text_config=text, vision_config=vision)
-    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
-    processor = AutoProcessor.from_pretrained(folder)
+    spec = JUDGE_SPECS["gemma3"]
+    shrunk = spec.shrunk(model_config("google/gemma-3-4b-it"), args.scale)
+    text, vision = shrunk["text_config"], shrunk["vision_config"]
+    vision["num_hidden_layers"] = args.vision_blocks
+    folder = spec.build_tiny(
+        root / "model", tokens_per_image=256, text_config=text, vision_config=vision
+    )
     described = (
         f"Gemma-3-4B-IT at scale {args.scale}: {text['num_hidden_layers']} text layers of "
         f"{text['hidden_size']}, {vision['num_hidden_layers']} SigLIP blocks of "
         f"{vision['hidden_size']} ({vision['image_size']} px, patch {vision['patch_size']}, "
         "256 image tokens)"
     )
-    return (
-        model,
-        processor,
-        ProcessorBackend(model, processor, batch_size=args.batch_size),
-        described,
-    )
+    return folder, described
+
+
+JUDGES = {"qwen2_5_vl": qwen2_5_vl_judge, "gemma3": gemma3_judge}
 
 
 def run(args: ScoringSpeedArguments) -> int:
-    """Build the model, score the pairs both ways interleaved, print the table; 1 when the
+    """Build the model in a temporary folder, load it twice (transformers' reference, and
+    ``PacoReward``), score the pairs both ways interleaved, print the table; 1 when the
     scores differ by more than ``--tolerance``."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with contextlib.ExitStack() as stack:
-        if args.family == "gemma3":  # its model folder lives as long as the run
-            root = stack.enter_context(tempfile.TemporaryDirectory(prefix="gemma3-speed-"))
-            judged = gemma3_judge(args, Path(root))
-        else:
-            judged = qwen2_5_vl_judge(args)
-        return compare(args, *judged)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
-
-def compare(args: ScoringSpeedArguments, model, processor, backend, described: str) -> int:
-    """Score the pairs with ``model`` (transformers' forward, on a copy) and ``backend``
-    (``PacoReward``) interleaved and print the table; 1 when the scores differ by more than
-    ``--tolerance``."""
     from paco_reward import PacoReward
 
-    reference = TransformersReference(copy.deepcopy(model), processor, args.batch_size)
-    reward = PacoReward(backend)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="scoring-speed-") as root:
+        folder, described = JUDGES[args.family](args, Path(root))
+        # Each path loads its own copy, as its user would: PacoReward changes the vision
+        # attention of the instance it scores with, never the reference's.
+        reference = TransformersReference(
+            AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval(),
+            AutoProcessor.from_pretrained(folder),
+            args.batch_size,
+        )
+        reward = PacoReward.from_pretrained(
+            folder, device="cpu", dtype=torch.float32, batch_size=args.batch_size
+        )
+        return compare(args, reference, reward, described)
+
+
+def compare(args: ScoringSpeedArguments, reference: TransformersReference, reward,
+            described: str) -> int:  # fmt: skip
+    """Score the pairs with ``reference`` (transformers' forward) and ``reward``
+    (``PacoReward``) interleaved and print the table; 1 when the scores differ by more than
+    ``--tolerance``."""
     paths = {"transformers": reference.score_pairs, "PacoReward": reward.score_pairs}
     pairs = make_pairs(args)
     seconds: dict[str, list[float]] = {name: [] for name in paths}
@@ -250,10 +237,14 @@ def compare(args: ScoringSpeedArguments, model, processor, backend, described: s
             elapsed, scores[name] = _timed(score, pairs)
             seconds[name].append(elapsed)
     difference = float(np.abs(scores["PacoReward"] - scores["transformers"]).max())
+    backend = reward.backend
+    grouped = getattr(backend, "grouped_vision_attention", False)
     print(
         f"Scoring {args.pairs} pairs of {args.resolution} px images ({args.images} distinct), "
         f"batch {args.batch_size}, {args.rounds} rounds, {torch.get_num_threads()} threads; "
-        f"{described}, fp32\n"
+        f"{described}, fp32; PacoReward: {type(backend).__name__}"
+        f"{', grouped vision attention' if grouped else ''}; each path its own copy of the "
+        "model\n"
     )
     print("| path | s/round (median) | rounds | pairs/s |")
     print("|---|---:|---:|---:|")

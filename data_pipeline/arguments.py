@@ -194,6 +194,12 @@ class ProbeArguments(WorkFolder):
 class SyntheticArguments(WorkFolder, SyntheticConfig):
     """The synthetic world's size and noise (SYNTHETIC data)."""
 
+    overwrite_output_dir: bool = config_field(
+        False,
+        help="Empty a work folder made for another synthetic world first (without it such a "
+        "folder is refused; the same world resumes).",
+    )
+
 
 @dataclass(kw_only=True)
 class SimulateArguments(WorkFolder):

@@ -185,7 +185,8 @@ def probe(args: ProbeArguments) -> int:
 def synthetic(args: SyntheticArguments) -> int:
     from data_pipeline.pipeline import make_synthetic_inputs
 
-    paths = make_synthetic_inputs(args.work_dir, config_part(args, SyntheticConfig))
+    config = config_part(args, SyntheticConfig)
+    paths = make_synthetic_inputs(args.work_dir, config, args.overwrite_output_dir)
     print(f"synthetic prompts -> {paths['prompts']}\nsynthetic grids -> {paths['grids']}")
     return 0
 
@@ -201,7 +202,9 @@ def demo(args: SyntheticArguments) -> int:
     from data_pipeline.pipeline import run_synthetic
     from data_pipeline.stats import format_table
 
-    print(format_table(run_synthetic(args.work_dir, config_part(args, SyntheticConfig))))
+    config = config_part(args, SyntheticConfig)
+    stats = run_synthetic(args.work_dir, config, overwrite=args.overwrite_output_dir)
+    print(format_table(stats))
     return 0
 
 

@@ -99,11 +99,29 @@ class SyntheticConfig:
         return [parse_layout(layout) for layout in self.layouts]
 
 
-def make_synthetic_inputs(work_dir: str | Path, config: SyntheticConfig | None = None) -> dict:
+def make_synthetic_inputs(
+    work_dir: str | Path, config: SyntheticConfig | None = None, overwrite: bool = False
+) -> dict:
     """Write synthetic *inputs* as a user would have them: ``inputs/prompts.jsonl`` (T2IS
-    format) and ``inputs/grids/<id>/<seed>.png``; remember the world in ``synthetic.json``."""
+    format) and ``inputs/grids/<id>/<seed>.png``; remember the world in ``synthetic.json``.
+
+    A work folder made for another world (its ``synthetic.json`` differs) is refused with
+    :class:`~paco_reward.errors.OutputDirInUseError`: its grids, instances and pairs would mix
+    with this world's. ``overwrite=True`` empties it first; the same world resumes."""
+    from paco_reward.output_dirs import check_output_dir
+
     config = config or SyntheticConfig()
     work_dir = Path(work_dir)
+    saved = work_dir / SYNTHETIC_FILE
+    check_output_dir(
+        work_dir,
+        json.loads(json.dumps(asdict(config))),  # as synthetic.json holds it (lists, not tuples)
+        markers=[SYNTHETIC_FILE],
+        outputs=["*"],  # the folder is the pipeline's: every stage's files
+        saved_config=json.loads(saved.read_text()) if saved.is_file() else None,
+        overwrite=overwrite,
+        what="synthetic pipeline",
+    )
     world = config.world()
     records = world.make_prompts(config.n_prompts, config.layout_tuples())
     write_jsonl(work_dir / "inputs" / "prompts.jsonl", records)
@@ -177,11 +195,13 @@ def run_synthetic(
     pairing: PairingConfig | None = None,
     rule: LabelRule | None = None,
     export: ExportConfig | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Every stage on the synthetic world; returns the statistics (also in ``stats.json``).
 
     Each stage is resumable, so calling this again on the same folder redoes only
-    cheap, deterministic bookkeeping and asks no reason twice. When the export holds
+    cheap, deterministic bookkeeping and asks no reason twice. A folder made for another
+    world is refused unless ``overwrite`` (:func:`make_synthetic_inputs`). When the export holds
     prompts out, their ground-truth pairs go to ``export/truth`` (:func:`export_truth_pairs`).
 
     The default label rule keeps whole tie groups (``LabelRule(ties="all")``): the
@@ -192,7 +212,7 @@ def run_synthetic(
     question the ConsistencyRank benchmark asks.
     """
     work_dir = Path(work_dir)
-    inputs = make_synthetic_inputs(work_dir, config)
+    inputs = make_synthetic_inputs(work_dir, config, overwrite)
     prepare_prompts(inputs["prompts"], work_dir, source="synthetic")
     ingest_grids(inputs["grids"], work_dir)
     build_instances(work_dir, pairing)

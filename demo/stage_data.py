@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from data_pipeline.export import ExportConfig
-from data_pipeline.pipeline import SyntheticConfig, run_synthetic
+from data_pipeline.pipeline import SyntheticConfig, load_synthetic_config, run_synthetic
 from data_pipeline.stats import stats_rows
 from demo.context import DemoContext, print_table
 
@@ -25,10 +25,12 @@ DATA_CONFIG = {"n_prompts": 288, "grids_per_prompt": 4, "layouts": ["2x2"]}
 def run(ctx: DemoContext) -> None:
     work = ctx.path("data", "work")
     config = SyntheticConfig(**DATA_CONFIG, seed=ctx.seed)
+    previous = load_synthetic_config(work)  # the same world resumes; another is made afresh
     stats = run_synthetic(
         work,
         config,
         export=ExportConfig(test_fraction=0.125, seed=ctx.seed, balance_train_labels=True),
+        overwrite=previous is not None and previous != config,
     )
 
     keys = [

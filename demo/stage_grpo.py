@@ -73,6 +73,7 @@ def run(ctx: DemoContext) -> None:
         "save_epochs": 0,
         "test.eval_epochs": 4,
         "test.num_prompts": 4,
+        "overwrite_output_dir": True,  # the demo trains its stages afresh in its own folders
     }
     config = GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", overrides)
     rewards = {

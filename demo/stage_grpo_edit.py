@@ -34,6 +34,7 @@ def run(ctx: DemoContext) -> None:
         "save_epochs": 0,
         "test.eval_epochs": 3,
         "report_to": [],
+        "overwrite_output_dir": True,  # the demo trains its stages afresh in its own folders
     }
     evaluator = ctx.artifacts.get("trained_evaluator") or ctx.artifacts.get("untrained_evaluator")
     if evaluator is not None and "edit_consistency" in reward_registry.REWARDS:

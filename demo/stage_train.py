@@ -93,6 +93,7 @@ def sft_recipe(
         use_cpu=True,
         ddp_find_unused_parameters=False,
         seed=seed,
+        overwrite_output_dir=True,  # the demo trains its stages afresh in its own folders
     )
     recipe.update(overrides)
     PacoSFTConfig(**recipe)  # fail here, not in the workers, on a bad field
@@ -353,6 +354,7 @@ def _run_toy(ctx: DemoContext, output_dir: Path) -> None:
         report_to="none",
         use_cpu=True,
         seed=ctx.seed,
+        overwrite_output_dir=True,  # the demo trains its stages afresh in its own folders
     )
     # Not an evaluator of the world's renders: no recipe beside it (see trained_evaluator).
     ctx.path(*EVALUATOR_RECIPE).unlink(missing_ok=True)

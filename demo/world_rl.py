@@ -100,6 +100,7 @@ def run_world_grpo(
         "rewards": dict(weights),
         "aggregator": aggregator,
         "seed": seed,
+        "overwrite_output_dir": True,  # the demo trains its arms afresh in their own folders
         **(overrides or {}),
     }
     config = GRPOConfig.from_yaml(task.recipe, fields)

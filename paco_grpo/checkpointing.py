@@ -3,7 +3,7 @@
 ``save_state`` writes the optimizer, the scheduler and every process's RNG states; load
 hooks registered on the ``Accelerator`` replace its full-model save by what a user wants
 and can load: the LoRA adapter in the pipeline's own format (``pytorch_lora_weights.safetensors``,
-loadable with ``FluxPipeline.load_lora_weights``), the EMA of the LoRA weights as
+loadable with the diffusers pipeline's ``load_lora_weights``), the EMA of the LoRA weights as
 safetensors + JSON, and ``trainer_state.json`` (the next epoch). Nothing is unpickled on
 load: accelerate reads its files with ``torch.load(weights_only=True)``, and the EMA is not
 passed to ``register_for_checkpointing`` because accelerate loads custom objects with
@@ -11,7 +11,10 @@ passed to ``register_for_checkpointing`` because accelerate loads custom objects
 
 A checkpoint is written to a temporary folder and renamed into
 ``output_dir/checkpoints/checkpoint-<next epoch>`` when every process has finished, then
-the oldest beyond ``save_total_limit`` are deleted. This is not accelerate's own rotation
+the oldest of this run's beyond ``save_total_limit`` are deleted: each checkpoint's
+``trainer_state.json`` names the run that wrote it (``run_id``, kept across resumes) and when
+(``saved_at``), so rotation never deletes the checkpoint just written nor another run's (whose
+numbers may sort higher), and ``latest`` is the checkpoint saved last, whatever its number. This is not accelerate's own rotation
 (``ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=...)``) on purpose: that
 deletes the oldest checkpoint *before* writing the new one in place, so a run killed while
 saving is left with one complete checkpoint fewer and a partial newest one, which its
@@ -35,6 +38,8 @@ import json
 import logging
 import os
 import shutil
+import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -44,7 +49,7 @@ from paco_reward.errors import ConfigError, InputError, PathNotFoundError, Weigh
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckpointManager", "LORA_WEIGHT_NAME", "reshard"]
+__all__ = ["CheckpointManager", "LORA_WEIGHT_NAME", "check_grpo_output_dir", "reshard"]
 
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 EMA_WEIGHTS = "ema_shadow_params.safetensors"
@@ -60,17 +65,32 @@ class CheckpointManager:
         pipeline_cls: the diffusers pipeline class, whose ``save_lora_weights`` writes the adapter.
         model: the prepared transformer with its LoRA adapter.
         ema: the ``diffusers.training_utils.EMAModel`` of the LoRA weights, or ``None``.
+        extra: more run state with ``save(dir)`` (called on every process) and ``load(dir)``
+            (:class:`~paco_grpo.gardo_state.GardoState`), or ``None``.
         root: ``output_dir/checkpoints``.
         save_total_limit: how many checkpoints to keep.
     """
 
-    def __init__(self, accelerator, pipeline_cls, model, ema, root: Path, save_total_limit: int):
+    def __init__(
+        self,
+        accelerator,
+        pipeline_cls,
+        model,
+        ema,
+        root: Path,
+        save_total_limit: int,
+        extra=None,
+    ):
         self.accelerator = accelerator
         self.pipeline_cls = pipeline_cls
         self.model = model
         self.ema = ema
+        self.extra = extra  # saved and loaded beside the LoRA (save(dir) / load(dir)): GARDO's
         self.root = root
         self.save_total_limit = save_total_limit
+        # Which checkpoints are this run's: a fresh id, or the resumed checkpoint's (load).
+        self.run_id = uuid.uuid4().hex
+        self._own_ids: set[str | None] = {self.run_id}
         from accelerate.utils import DistributedType
 
         self.fsdp = accelerator.distributed_type == DistributedType.FSDP
@@ -110,6 +130,8 @@ class CheckpointManager:
         this) and write them on the main process."""
         lora = [_full(p.detach()) for _, p in self._lora_params()]
         shadow = [_full(p) for p in self.ema.shadow_params] if self.ema is not None else None
+        if self.extra is not None:
+            self.extra.save(output_dir)  # collective under FSDP: before the main-only return
         if not self.accelerator.is_main_process:
             return
         self.pipeline_cls.save_lora_weights(  # the pipeline's own LoRA format
@@ -149,6 +171,8 @@ class CheckpointManager:
             )
         for key, (_, p) in zip(keys, params):
             p.copy_(_like(lora[key], p))
+        if self.extra is not None:
+            self.extra.load(input_dir)
         if self.ema is not None:
             shadow = load_file(os.path.join(input_dir, EMA_WEIGHTS))
             if len(shadow) != len(self.ema.shadow_params):
@@ -228,14 +252,14 @@ class CheckpointManager:
         else:
             self.accelerator.save_state(str(tmp))
         if self.accelerator.is_main_process:
-            atomic_write_text(tmp / TRAINER_STATE, json.dumps({"epoch": next_epoch}) + "\n")
+            state = {"epoch": next_epoch, "run_id": self.run_id, "saved_at": time.time()}
+            atomic_write_text(tmp / TRAINER_STATE, json.dumps(state) + "\n")
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            for old in sorted(self.root.glob("checkpoint-*[0-9]"))[: -self.save_total_limit]:
-                shutil.rmtree(old, ignore_errors=True)
+            self._rotate(final)
             logger.info("saved %s", final)
         self.accelerator.wait_for_everyone()
         return final
@@ -247,7 +271,12 @@ class CheckpointManager:
             self._load_fsdp(path)
         else:
             self.accelerator.load_state(str(path))
-        return int(json.loads((path / TRAINER_STATE).read_text())["epoch"])
+        state = json.loads((path / TRAINER_STATE).read_text())
+        # A resumed run is the run that wrote the checkpoint: its rotation counts that
+        # run's checkpoints (one written before run ids has none: those then count).
+        self.run_id = state.get("run_id") or self.run_id
+        self._own_ids = {self.run_id, state.get("run_id")}
+        return int(state["epoch"])
 
     def resolve(self, value: str) -> Path:
         """A checkpoint folder from ``resume_from_checkpoint`` (a path or ``"latest"``)."""
@@ -267,9 +296,70 @@ class CheckpointManager:
         return latest
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint folder, or ``None`` before the first."""
-        found = sorted(self.root.glob("checkpoint-*[0-9]"))
+        """The complete checkpoint saved last (by ``saved_at``, then number), or ``None``
+        before the first: the last run's newest state, not a higher-numbered folder of
+        another run or of a branch a resume left behind."""
+        found = sorted(self.root.glob("checkpoint-*[0-9]"), key=_saved_order)
         return found[-1] if found else None
+
+    def _rotate(self, final: Path) -> None:
+        """Delete this run's oldest checkpoints beyond ``save_total_limit``; never ``final``
+        (just written) nor another run's."""
+        own = [
+            p
+            for p in self.root.glob("checkpoint-*[0-9]")
+            if p != final and _read_state(p).get("run_id") in self._own_ids
+        ]
+        keep = max(self.save_total_limit - 1, 0)
+        for old in sorted(own, key=_saved_order)[: len(own) - keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_state(path: Path) -> dict:
+    """A checkpoint's ``trainer_state.json`` (empty if it cannot be read)."""
+    try:
+        return json.loads((path / TRAINER_STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _saved_order(path: Path) -> tuple[float, str]:
+    """Sort key: when the checkpoint was saved (0 for one written before ``saved_at``), then
+    its name (the zero-padded epoch)."""
+    return float(_read_state(path).get("saved_at", 0.0)), path.name
+
+
+def check_grpo_output_dir(config, is_main_process: bool = True) -> str:
+    """Refuse an ``output_dir`` that holds another run's checkpoints or metrics
+    (:func:`paco_reward.output_dirs.check_output_dir`); with ``overwrite_output_dir`` the main
+    process deletes them. Returns how the folder is used (``"new"``, ``"resume"``, ...)."""
+    import yaml
+
+    from paco_grpo.tracking import TRACKER_PROJECT
+    from paco_reward.output_dirs import check_output_dir
+    from paco_reward.yaml_config import SAVED_CONFIG
+
+    if config.overwrite_output_dir and not is_main_process:
+        return "overwritten"  # the main process deletes; the others wait for it
+    folder = Path(config.output_dir)
+    saved = folder / SAVED_CONFIG
+    return check_output_dir(
+        folder,
+        config.to_plain(),
+        markers=["checkpoints/checkpoint-*", "metrics.jsonl"],
+        outputs=[
+            "checkpoints",
+            "metrics.jsonl",
+            "reward_curve.png",
+            "samples",
+            TRACKER_PROJECT,
+            SAVED_CONFIG,
+        ],
+        saved_config=yaml.safe_load(saved.read_text()) if saved.is_file() else None,
+        resume=bool(config.resume_from_checkpoint),
+        overwrite=config.overwrite_output_dir,
+        what="GRPO run",
+    )
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

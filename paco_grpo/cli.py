@@ -21,8 +21,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from paco_grpo.grpo_config import GRPOConfig
-from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_reward.command_line import Command, config_field, run_cli
 
 __all__ = ["main"]
@@ -46,7 +44,7 @@ class OCRPromptsArguments:
     seed: int = config_field(0, help="Seed of the draw; the same seed writes the same files.")
 
 
-def train(config: GRPOConfig) -> int:
+def train(config) -> int:
     from paco_grpo.grpo_trainer import GRPOTrainer
 
     trainer = GRPOTrainer(config)  # checks the launch, then builds rewards on its device
@@ -64,6 +62,12 @@ def train(config: GRPOConfig) -> int:
 
 def plan(config) -> int:
     return config.print_plan(config.plan())
+
+
+def _grpo_config_cls():
+    from paco_grpo.grpo_config import GRPOConfig
+
+    return GRPOConfig
 
 
 def _plan_config_cls():
@@ -108,18 +112,30 @@ def ocr_prompts(args: OCRPromptsArguments) -> int:
     return 0
 
 
-COMMANDS = [
-    Command("train", GRPOConfig, train, "Run Flow-GRPO from a YAML recipe.", recipe=True),
-    Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
-    *(tiny_command(spec) for spec in PIPELINE_SPECS.values()),
-    Command("tiny-ocr", TinyArguments, tiny_ocr, "Build the tiny offline GOT-OCR 2.0."),
-    Command("ocr-prompts", OCRPromptsArguments, ocr_prompts, "Write the OCR task's prompts."),
-]
+def commands() -> list[Command]:
+    """Every ``paco-grpo`` command; the ``tiny-<pipeline>`` ones from the generator registry
+    (imported here, not at module import: ``--help`` and usage errors need no torch)."""
+    from paco_grpo.pipelines import PIPELINE_SPECS
+
+    return [
+        Command("train", _grpo_config_cls, train, "Run Flow-GRPO from a YAML recipe.",
+                recipe=True, reads_inputs=True),  # fmt: skip
+        Command("plan", _plan_config_cls, plan, "Memory per process of a launch.", recipe=True),
+        *(tiny_command(spec) for spec in PIPELINE_SPECS.values()),
+        Command("tiny-ocr", TinyArguments, tiny_ocr, "Build the tiny offline GOT-OCR 2.0."),
+        Command("ocr-prompts", OCRPromptsArguments, ocr_prompts, "Write the OCR task's prompts."),
+    ]
+
+
+def __getattr__(name: str):
+    if name == "COMMANDS":  # the list, for the docs and the tests (imports the registry)
+        return commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``paco-grpo``; returns the exit status."""
-    return run_cli("paco-grpo", __doc__.splitlines()[0], COMMANDS, argv)
+    return run_cli("paco-grpo", __doc__.splitlines()[0], commands, argv)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paco_grpo.advantages import AGGREGATORS, NORMALIZATIONS, STD_SCOPES
+from paco_grpo.gardo import UNCERTAINTY_SIGNS
 from paco_grpo.pipelines import PIPELINE_SPECS
 from paco_grpo.sde import CPS_LOG_PROBS, SDE_TYPES
 from paco_reward.command_line import config_from_mapping
@@ -36,10 +37,20 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["GRPOConfig", "EvalSection", "TrainSection"]
 
-# The pipelines whose guidance is true CFG with a negative prompt (for the fields' help).
+# The fields' help names the registered generators from their specs: whose guidance is true
+# CFG with a negative prompt and above what scale it runs, whose is embedded, which hub ids ship.
 TRUE_CFG_PIPELINES = tuple(name for name, spec in PIPELINE_SPECS.items() if spec.true_cfg)
+EMBEDDED_GUIDANCE_PIPELINES = tuple(n for n, spec in PIPELINE_SPECS.items() if not spec.true_cfg)
+_THRESHOLDS = ", ".join(
+    f"{name} above {spec.cfg_threshold:g}"
+    for name, spec in PIPELINE_SPECS.items()
+    if spec.true_cfg and spec.cfg_threshold != 1
+)
+_CFG_RUNS = "above 1" + (f"; {_THRESHOLDS}" if _THRESHOLDS else "")
+_HUB_IDS = ", ".join(hub_id for spec in PIPELINE_SPECS.values() for hub_id in spec.architectures)
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_FORMATS = ("auto", "t2is", "text", "parquet")
+KL_REFERENCES = ("base", "adapter")
 
 
 def _check_resolution(name: str, value: int) -> None:
@@ -96,7 +107,7 @@ class TrainSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": f"FLUX/Kontext embedded guidance when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (above 1, z_image above 0, CFG runs with negative_prompt)."
+            "help": f"The embedded guidance of {', '.join(EMBEDDED_GUIDANCE_PIPELINES)} when sampling and training; for {', '.join(TRUE_CFG_PIPELINES)} the true-CFG scale (CFG with negative_prompt runs {_CFG_RUNS})."
         },
     )
 
@@ -155,7 +166,7 @@ class EvalSection:
     guidance_scale: float = field(
         default=3.5,
         metadata={
-            "help": f"FLUX/Kontext embedded guidance at evaluation ({', '.join(TRUE_CFG_PIPELINES)}: true-CFG scale)."
+            "help": f"The embedded guidance of {', '.join(EMBEDDED_GUIDANCE_PIPELINES)} at evaluation ({', '.join(TRUE_CFG_PIPELINES)}: the true-CFG scale)."
         },
     )
     eval_epochs: int = field(
@@ -209,7 +220,7 @@ class GRPOConfig(YAMLConfig):
     # ---- model
     model_name_or_path: str = field(
         metadata={
-            "help": "Pipeline folder or hub id of the `pipeline` type (e.g. black-forest-labs/FLUX.1-dev, black-forest-labs/FLUX.1-Kontext-dev, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit-2509, stabilityai/stable-diffusion-3.5-large, Tongyi-MAI/Z-Image-Turbo)."
+            "help": f"Pipeline folder or hub id of the `pipeline` type (the hub ids whose architectures ship, for `paco-grpo plan`: {_HUB_IDS})."
         }
     )
     prompt_file: str = field(
@@ -254,7 +265,7 @@ class GRPOConfig(YAMLConfig):
     negative_prompt: str = field(
         default=" ",
         metadata={
-            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale > 1, z_image > 0; Qwen-Image's examples use ' ', Flux2KleinPipeline and ZImagePipeline use '', and step-distilled klein models run no CFG)."
+            "help": f"{', '.join(TRUE_CFG_PIPELINES)} only: the negative prompt of true CFG (used when guidance_scale is {_CFG_RUNS}; Qwen-Image's examples use ' ', Flux2KleinPipeline and ZImagePipeline use '', and step-distilled klein models run no CFG)."
         },
     )
     item_resolution_overrides: bool = field(
@@ -419,6 +430,55 @@ class GRPOConfig(YAMLConfig):
             "help": f"One of {NORMALIZATIONS}; legacy_uncentred reproduces the released code."
         },
     )
+    # ---- hacking signals and GARDO (docs/grpo.md, "Is my run hacking its reward?")
+    feature_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Image feature model (a transformers folder or hub id loaded with AutoModel + AutoImageProcessor; GARDO uses facebook/dinov3-vitl16-pretrain-lvd1689m) for the in-group diversity signal (hacking/diversity/*) and diversity_advantage. None: no feature model, no diversity signal."
+        },
+    )
+    diversity_advantage: bool = field(
+        default=False,
+        metadata={
+            "help": "GARDO's diversity-aware advantage instead of the group-normalised one: per group, a sample at or above the group's mean aggregated score gets (r - mean) * d_i / mean(d) (d_i: its minimum cosine feature distance to the group's others), one below it r - mean; no division by a std; clipped to adv_clip_max. Needs feature_model."
+        },
+    )
+    kl_reference: str = field(
+        default="base",
+        metadata={
+            "help": f"The KL's reference policy, one of {KL_REFERENCES}: base (the frozen base model, LoRA disabled) or adapter (GARDO's resettable reference: a second LoRA adapter on the same transformer, copied from the policy at start and reset to it at the next epoch when a logged step's KL exceeds reference_reset_kl or after reference_reset_epochs epochs; saved and resumed with the run)."
+        },
+    )
+    reference_reset_kl: float = field(
+        default=3e-4,
+        metadata={
+            "help": "kl_reference: adapter: a logged step's KL above this resets the reference at the next epoch (GARDO's kl_thres)."
+        },
+    )
+    reference_reset_epochs: int = field(
+        default=15,
+        metadata={
+            "help": "kl_reference: adapter: reset when more than this many epochs passed since the last reset (GARDO's reset_freq)."
+        },
+    )
+    kl_gate_rewards: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "GARDO's uncertainty-gated KL: auxiliary reward names (in rewards, each with weight 0: scored, not trained) whose batch ranks are compared with the aggregated score's; the KL acts only on the share kl_gate_kappa of most uncertain samples. Empty: the KL acts on every sample. Needs beta > 0."
+        },
+    )
+    kl_gate_kappa: float = field(
+        default=0.1,
+        metadata={
+            "help": "Starting share of gated samples; adapted each epoch x1.1 / x0.9 when the mean uncertainty leaves the last 20 epochs' range, clipped to [0.02, 0.2]."
+        },
+    )
+    kl_gate_sign: str = field(
+        default="paper",
+        metadata={
+            "help": f"One of {UNCERTAINTY_SIGNS}: paper gates the samples the proxy ranks above the auxiliaries (over-optimistic); released reproduces the released code's rank(main) - mean(rank(aux)), which gates the opposite ones (paco_grpo.gardo.rank_uncertainty)."
+        },
+    )
     # ---- EMA, checkpoints, logging
     use_ema: bool = field(
         default=True,
@@ -436,12 +496,26 @@ class GRPOConfig(YAMLConfig):
         },
     )
     save_total_limit: int = field(
-        default=3, metadata={"help": "Keep at most this many checkpoints (oldest deleted)."}
+        default=3,
+        metadata={
+            "help": "Keep at most this many of this run's checkpoints (the oldest deleted; "
+            "never the one just written, never another run's)."
+        },
     )
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
-            "help": "Checkpoint folder, or 'latest' for the newest in output_dir/checkpoints."
+            "help": "Checkpoint folder, or 'latest' for the one the folder's last run saved "
+            "last in output_dir/checkpoints."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start fresh in an output_dir that holds another run's checkpoints or "
+            "metrics, deleting them (checkpoints/, metrics.jsonl, samples/, the reward curve, "
+            "TensorBoard logs). Without it such a folder is refused unless the run resumes "
+            "or its saved config is this run's (transformers' Trainer's name)."
         },
     )
     num_sample_images: int = field(
@@ -566,6 +640,7 @@ class GRPOConfig(YAMLConfig):
                 f"reward_kwargs values must be mappings of constructor arguments, e.g. "
                 f"{{consistency: {{model: PATH}}}}; got {bad_kwargs}."
             )
+        self._check_gardo()
         # model_init_kwargs: known pipeline loading arguments only
         self.model_init_kwargs = check_kwargs(
             self.model_init_kwargs,
@@ -574,6 +649,53 @@ class GRPOConfig(YAMLConfig):
             reserved={"dtype": "the dtype field", "torch_dtype": "the dtype field"},
             error=ConfigError,
         )
+
+    def _check_gardo(self) -> None:
+        """The GARDO options and the feature model, each usable alone."""
+        if self.kl_reference not in KL_REFERENCES:
+            raise ConfigError(
+                f"kl_reference must be one of {KL_REFERENCES}; got {self.kl_reference!r}."
+            )
+        if self.kl_gate_sign not in UNCERTAINTY_SIGNS:
+            raise ConfigError(
+                f"kl_gate_sign must be one of {UNCERTAINTY_SIGNS}; got {self.kl_gate_sign!r}."
+            )
+        if self.diversity_advantage and not self.feature_model:
+            raise ConfigError(
+                "diversity_advantage needs image features: set feature_model (GARDO's: "
+                "facebook/dinov3-vitl16-pretrain-lvd1689m) or drop diversity_advantage."
+            )
+        if self.kl_reference == "adapter" and self.beta <= 0 and not self.log_kl:
+            raise ConfigError(
+                "kl_reference: adapter has no KL to act in at beta = 0; set beta > 0 (GARDO's "
+                "recipes use 0.01 to 0.07) or log_kl: true."
+            )
+        if self.reference_reset_kl <= 0 or self.reference_reset_epochs < 1:
+            raise ConfigError(
+                f"reference_reset_kl must be > 0 and reference_reset_epochs >= 1; got "
+                f"{self.reference_reset_kl}, {self.reference_reset_epochs}."
+            )
+        if self.kl_gate_rewards:
+            unknown = [n for n in self.kl_gate_rewards if n not in self.rewards]
+            if unknown:
+                raise ConfigError(
+                    f"kl_gate_rewards names {unknown}, not in rewards {sorted(self.rewards)}; add "
+                    "each auxiliary reward to rewards with weight 0 (scored, not trained)."
+                )
+            weighted = {n: self.rewards[n] for n in self.kl_gate_rewards if self.rewards[n] != 0}
+            if weighted:
+                raise ConfigError(
+                    f"kl_gate_rewards {weighted} have weight > 0 in rewards; GARDO's auxiliary "
+                    "rewards only estimate uncertainty: give them weight 0."
+                )
+            if not any(w > 0 for w in self.rewards.values()):
+                raise ConfigError(
+                    "kl_gate_rewards needs a reward of weight > 0 to gate (the proxy)."
+                )
+            if self.beta <= 0:
+                raise ConfigError("kl_gate_rewards gates the KL term; set beta > 0.")
+        if not 0 < self.kl_gate_kappa <= 1:
+            raise ConfigError(f"kl_gate_kappa must be in (0, 1]; got {self.kl_gate_kappa}.")
 
     # ------------------------------------------------------------------ derived
     @property

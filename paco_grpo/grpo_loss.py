@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from paco_grpo.gardo import gated_kl
 from paco_reward.errors import InputError
 
 __all__ = ["grpo_loss"]
@@ -24,6 +25,7 @@ def grpo_loss(
     std: torch.Tensor,
     epsilon: float,
     beta: float,
+    kl_gate: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Clipped PPO objective on one SDE step plus ``beta`` x KL to the reference policy.
 
@@ -34,6 +36,10 @@ def grpo_loss(
     ``mean(max(-A * ratio, -A * clip(ratio, 1 - epsilon, 1 + epsilon)))``. Both policies are Gaussians
     with the same ``std``, so ``KL = |mean - ref_mean|^2 / (2 std^2)`` (averaged over elements,
     like the log-probability). Returns the loss and the per-sample terms for logging.
+
+    ``kl_gate`` (GARDO's uncertainty gate, a boolean per sample) keeps the KL term to the
+    gated samples: ``beta x mean of their KL`` (:func:`paco_grpo.gardo.gated_kl`), logged
+    as ``kl_gated``; the ungated samples' KL is still reported in ``kl`` but gets no gradient.
 
     Example:
         >>> z = torch.zeros(2)
@@ -55,10 +61,9 @@ def grpo_loss(
         "approx_kl": 0.5 * (log_prob - old_log_prob) ** 2,
     }
     if ref_mean is not None:
-        dims = tuple(range(1, mean.ndim))
-        kl = ((mean.float() - ref_mean.float()) ** 2).mean(dim=dims) / (
-            2 * std.float().reshape(std.shape[0], -1)[:, 0] ** 2
-        )
+        kl, term = gated_kl(mean, ref_mean, std, kl_gate)
         terms["kl"] = kl
-        terms["loss"] = policy_loss + beta * kl.mean()
+        if kl_gate is not None:
+            terms["kl_gated"] = term
+        terms["loss"] = policy_loss + beta * term
     return terms

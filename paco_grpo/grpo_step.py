@@ -30,6 +30,7 @@ import torch
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
+from paco_grpo.policy import POLICY_ADAPTER, REFERENCE_ADAPTER
 from paco_grpo.rollout import Rollout
 
 __all__ = ["TRAIN_STATS", "GRPOStep", "GRPOStepOutput"]
@@ -98,9 +99,10 @@ class GRPOStep:
 
     @property
     def stat_keys(self) -> tuple[str, ...]:
-        """The names of the stats a step reports: :data:`TRAIN_STATS`, and ``kl`` with a KL
-        term."""
-        return TRAIN_STATS + (("kl",) if self.with_kl else ())
+        """The names of the stats a step reports: :data:`TRAIN_STATS`, ``kl`` with a KL
+        term and ``kl_gated`` with GARDO's gate (``kl_gate_rewards``)."""
+        gated = ("kl_gated",) if self.with_kl and self.config.kl_gate_rewards else ()
+        return TRAIN_STATS + (("kl",) if self.with_kl else ()) + gated
 
     @property
     def with_kl(self) -> bool:
@@ -108,10 +110,15 @@ class GRPOStep:
         return self.config.beta > 0 or self.config.log_kl
 
     def __call__(
-        self, samples: list[dict], window: list[list[int]], advantages: np.ndarray
+        self,
+        samples: list[dict],
+        window: list[list[int]],
+        advantages: np.ndarray,
+        kl_gate: np.ndarray | None = None,
     ) -> GRPOStepOutput:
         """Backpropagate the window's minibatches (``window``: lists of indices into
-        ``samples``; ``advantages``: one per sample, already clipped), then step."""
+        ``samples``; ``advantages``: one per sample, already clipped; ``kl_gate``: which
+        samples get the KL term, GARDO's gate, ``None`` = all), then step."""
         cfg = self.config
         model = self.model
         model.train()  # gradient checkpointing runs in training mode only
@@ -119,6 +126,11 @@ class GRPOStep:
         out = GRPOStepOutput(stats={k: [] for k in self.stat_keys})
         for k, idx in enumerate(window):
             batch = self.rollout.collate(samples, idx, advantages)
+            gate = None
+            if kl_gate is not None and self.with_kl:
+                gate = torch.as_tensor(
+                    kl_gate[idx], dtype=torch.bool, device=batch["advantages"].device
+                )
             for j in range(num_steps):
                 last = not self.by_hand and k == len(window) - 1 and j == num_steps - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
@@ -135,6 +147,7 @@ class GRPOStep:
                         step.std,
                         cfg.epsilon,
                         cfg.beta,
+                        gate,
                     )
                     self.accelerator.backward(terms["loss"] / (num_steps * len(window)))
                 out.ratios.append(terms["ratio"].detach())
@@ -147,8 +160,15 @@ class GRPOStep:
 
     @torch.no_grad()
     def reference_mean(self, batch: dict, j: int) -> torch.Tensor:
-        """The frozen base model's step mean (LoRA disabled) for the KL term."""
+        """The reference policy's step mean for the KL term: the frozen base (LoRA disabled)
+        or, with ``kl_reference: adapter``, GARDO's reference adapter."""
         unwrapped = self.accelerator.unwrap_model(self.model)
+        if self.config.kl_reference == "adapter":
+            unwrapped.set_adapter(REFERENCE_ADAPTER)
+            try:
+                return self.rollout.transition(unwrapped, batch, j).prev_sample_mean
+            finally:
+                unwrapped.set_adapter(POLICY_ADAPTER)  # trainable again (set_adapter's rule)
         unwrapped.disable_adapters()
         try:
             return self.rollout.transition(unwrapped, batch, j).prev_sample_mean

@@ -1,4 +1,5 @@
-"""``GRPOTrainer``: Flow-GRPO fine-tuning of a FLUX LoRA on image sets (PaCo-GRPO).
+"""``GRPOTrainer``: Flow-GRPO fine-tuning of a LoRA on a registered generator's transformer,
+for image sets and edits (PaCo-GRPO; the generators: :mod:`paco_grpo.pipelines`).
 
 Per epoch (one "round"):
 
@@ -24,8 +25,8 @@ Per epoch (one "round"):
 
 Every ``test.eval_epochs`` epochs the EMA weights are evaluated (:mod:`paco_grpo.evaluation`).
 State goes through the ``Accelerator``: checkpoints with ``save_state`` / ``load_state``
-(:mod:`paco_grpo.checkpointing`; the LoRA adapter loads with
-``FluxPipeline.load_lora_weights``), metrics through its trackers (``report_to``) and
+(:mod:`paco_grpo.checkpointing`; the LoRA adapter loads with the diffusers pipeline's
+``load_lora_weights``), metrics through its trackers (``report_to``) and
 ``metrics.jsonl`` (:mod:`paco_grpo.tracking`). The learning-rate schedule is counted in
 optimizer steps of the whole run, the same on any number of processes.
 
@@ -45,16 +46,27 @@ import torch
 
 from paco_grpo.advantages import compute_advantages
 from paco_grpo.async_rewards import compute_rewards
-from paco_grpo.checkpointing import CheckpointManager, reshard
+from paco_grpo.checkpointing import CheckpointManager, check_grpo_output_dir, reshard
 from paco_grpo.data import PromptItem, load_prompts
 from paco_grpo.epoch_shape import EpochShape, check_sharding
 from paco_grpo.evaluation import Evaluator
+from paco_grpo.features import ImageFeatures
+from paco_grpo.gardo import diversity_advantages, rank_uncertainty, uncertainty_gate
+from paco_grpo.gardo_state import GardoState
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_loss import grpo_loss
 from paco_grpo.grpo_step import GRPOStep, GRPOStepOutput
+from paco_grpo.hacking_signals import advantage_signals, group_std_signals, in_group_diversity
 from paco_grpo.pipelines import get_pipeline_spec
 from paco_grpo.planning import plan_grpo
-from paco_grpo.policy import add_lora, build_sampler, check_pipeline, edit_items, load_pipeline
+from paco_grpo.policy import (
+    add_lora,
+    add_reference_adapter,
+    build_sampler,
+    check_pipeline,
+    edit_items,
+    load_pipeline,
+)
 from paco_grpo.reward_failures import (
     log_sporadic_failures,
     over_budget,
@@ -63,7 +75,7 @@ from paco_grpo.reward_failures import (
 )
 from paco_grpo.rewards import Reward, build_rewards
 from paco_grpo.rollout import EpochRollout, Rollout, reward_inputs
-from paco_grpo.tracking import RunLog, save_image_grid
+from paco_grpo.tracking import RunLog, sample_caption, save_image_grid
 from paco_reward.devices import resolve_device
 from paco_reward.errors import InputError
 from paco_reward.launch import check_single_job, launched_nodes
@@ -108,6 +120,9 @@ class GRPOTrainer:
         check_single_job(state.num_processes)
         self.shape = EpochShape.from_config(cfg, state.num_processes)
         device = resolve_device(state.device)  # one process: accelerate says "cuda", no index
+        # another run's checkpoints and metrics are refused before anything loads
+        check_grpo_output_dir(cfg, state.is_main_process)
+        state.wait_for_everyone()  # an overwrite's deletions are done before anyone reads
         if state.is_main_process:
             logger.info("PaCo-GRPO: %s.", self.shape.describe())
         state.print(f"paco-grpo: {self.shape.describe()}; device {device}")
@@ -162,6 +177,8 @@ class GRPOTrainer:
         check_pipeline(cfg, self.pipe)
         self.pipe.set_progress_bar_config(disable=True)
         self.transformer = add_lora(cfg, self.pipe)
+        if cfg.kl_reference == "adapter":  # GARDO's resettable reference, before prepare
+            add_reference_adapter(cfg, self.transformer)
         self.sampler = build_sampler(cfg, self.pipe)
         if self.editing:  # references resized to each resolution's area, once
             multiple = self.sampler.size_multiple
@@ -198,6 +215,8 @@ class GRPOTrainer:
 
         # --- rollouts, the optimizer step, evaluation, checkpoints, logs
         self.rollout = Rollout(cfg, self.sampler, self.items, self.accelerator, self.editing)
+        if cfg.feature_model:  # the diversity signal and advantage (paco_grpo.features)
+            self.rollout.features = ImageFeatures.from_pretrained(cfg.feature_model, device=device)
         self.step = GRPOStep(
             cfg,
             self.accelerator,
@@ -209,9 +228,19 @@ class GRPOTrainer:
             ema=self.ema,
             sharded=self.sharded,
         )
+        # a test reward of a training reward's name that is another instance is a held-out
+        # judge of that criterion: the training judge scores the evaluation images too
+        train_judges = {
+            n: self.rewards[n]
+            for n, r in self.test_rewards.items()
+            if n in self.rewards and r is not self.rewards[n]
+        }
         self.evaluator = Evaluator(
-            self.rollout, self.test_items, self.test_rewards, self.output_dir / "samples"
-        )
+            self.rollout, self.test_items, self.test_rewards, self.output_dir / "samples",
+            train_judges,
+        )  # fmt: skip
+        gardo = cfg.kl_reference == "adapter" or bool(cfg.kl_gate_rewards)
+        self.gardo = GardoState(cfg, self.accelerator, self.model) if gardo else None
         self.checkpoints = CheckpointManager(
             self.accelerator,
             type(self.pipe),
@@ -219,13 +248,19 @@ class GRPOTrainer:
             self.ema,
             self.output_dir / "checkpoints",
             cfg.save_total_limit,
+            extra=self.gardo,
         )
         self.log = RunLog(self.accelerator, self.output_dir, cfg.to_dict())
         self.start_epoch = 0
         self.global_step = 0
         self._epoch_images: list[torch.Tensor] = []
+        self._epoch_captions: list[str] = []
+        self._progress = None  # the epoch bar while train() runs: it shows the epoch's phase
+        self._last_phase: str | None = None
         if cfg.resume_from_checkpoint:
             self.load_checkpoint(self.checkpoints.resolve(cfg.resume_from_checkpoint))
+        else:  # a fresh start of the folder's own config: its metrics are this run's alone
+            self.log.rewind(0)
 
     @property
     def history(self) -> list[dict]:
@@ -256,30 +291,68 @@ class GRPOTrainer:
     def sample_epoch(self, epoch: int) -> EpochRollout:
         """This process's samples of ``epoch`` and their rewards (:meth:`Rollout.sample_epoch`)."""
         model = self.accelerator.unwrap_model(self.model)
-        return self.rollout.sample_epoch(epoch, model, self.rewards, self.config.num_sample_images)
+        return self.rollout.sample_epoch(
+            epoch,
+            model,
+            self.rewards,
+            self.config.num_sample_images,
+            progress=lambda phase, done, total: self._phase(epoch, phase, done, total),
+        )
+
+    def _phase(self, epoch: int, phase: str, done: int | None = None, total: int | None = None):
+        """Progress within epoch ``epoch`` (0-based index; shown 1-based, as checkpoints
+        count): the epoch bar's postfix on every call, an INFO line (``-v``) when a phase
+        starts."""
+        if not self.accelerator.is_main_process:
+            return
+        count = f" {done}/{total}" if total is not None else ""
+        if self._progress is not None:
+            self._progress.set_postfix_str(f"{phase}{count}", refresh=True)
+        if phase != self._last_phase or done in (None, 0):
+            self._last_phase = phase
+            unit = f" ({total})" if total is not None else ""
+            logger.info("epoch %d/%d: %s%s", epoch + 1, self.config.num_train_epochs, phase, unit)
 
     # ================================================================== training
     def training_step(
-        self, samples: list[dict], window: list[list[int]], advantages: np.ndarray
+        self,
+        samples: list[dict],
+        window: list[list[int]],
+        advantages: np.ndarray,
+        kl_gate: np.ndarray | None = None,
     ) -> GRPOStepOutput:
         """One optimizer step on an accumulation window of minibatches (:class:`GRPOStep`,
-        the same object ``benchmarks/gpu_check.py`` times); counts and logs the step."""
-        out = self.step(samples, window, advantages)
+        the same object ``benchmarks/gpu_check.py`` times); counts and logs the step, and
+        gives its KL to GARDO's reset rule."""
+        out = self.step(samples, window, advantages, kl_gate)
+        if self.gardo is not None:
+            kl = out.stats.get("kl_gated") or out.stats.get("kl")
+            self.gardo.observe_step(float(np.mean(kl)) if kl else 0.0)
         self.global_step += 1
         self.log.log_step({"train/lr": out.lr}, self.global_step)
         return out
 
-    def train_epoch(self, samples: list[dict], advantages: np.ndarray, epoch: int) -> dict:
-        """Clipped-PPO updates on the recorded noise steps; returns the epoch's training stats."""
+    def train_epoch(
+        self,
+        samples: list[dict],
+        advantages: np.ndarray,
+        epoch: int,
+        kl_gate: np.ndarray | None = None,
+    ) -> dict:
+        """Clipped-PPO updates on the recorded noise steps (the KL on the ``kl_gate``
+        samples only, when given); returns the epoch's training stats."""
         cfg = self.config
         advantages = np.clip(advantages, -cfg.adv_clip_max, cfg.adv_clip_max)
         stats: dict[str, list[float]] = {k: [] for k in self.step.stat_keys}
         first_update_ratios: list[torch.Tensor] = []
         lrs: list[float] = []
         grad_norms: list[float] = []
+        total = cfg.num_iterations * self.optimizer_steps_per_epoch
+        self._phase(epoch, "training", 0, total)
         for iteration in range(cfg.num_iterations):
             for window in self._accumulation_windows(samples, epoch, iteration):
-                out = self.training_step(samples, window, advantages)
+                out = self.training_step(samples, window, advantages, kl_gate)
+                self._phase(epoch, "training", len(lrs) + 1, total)
                 if not lrs:  # the first optimizer step: still on-policy
                     first_update_ratios = out.ratios
                 for key, values in out.stats.items():
@@ -332,7 +405,6 @@ class GRPOTrainer:
         for reward in self.rewards.values():
             pop_failure_reasons(reward)  # this epoch's reasons only (evaluation shares rewards)
         rollout = self.sample_epoch(epoch)
-        self._epoch_images = rollout.images
         # gather rewards and prompt ids from all processes (equal sizes by construction)
         device = self.accelerator.device
         all_rewards = {
@@ -344,32 +416,46 @@ class GRPOTrainer:
         self.check_reward_failures(all_rewards, epoch)
         ids = torch.as_tensor(rollout.group_ids, device=device)
         all_ids = self.accelerator.gather(ids).cpu().numpy()
+        keys = [self.group_key(self.items[i]) for i in all_ids]
+        features = None
+        if rollout.features is not None:
+            local = torch.as_tensor(rollout.features, dtype=torch.float64, device=device)
+            features = self.accelerator.gather(local).cpu().numpy()
         result = compute_advantages(
             all_rewards,
             dict(cfg.rewards),
-            [self.group_key(self.items[i]) for i in all_ids],
+            keys,
             aggregator=cfg.aggregator,
             threshold=cfg.log_taming_threshold,
             std_scope=cfg.std_scope,
             std_floor=cfg.std_floor,
             normalization=cfg.normalization,
         )
+        all_advantages, gardo_metrics, gate = self.gardo_terms(
+            epoch, result, all_rewards, keys, features
+        )
         n_local = len(rollout.samples)
-        advantages = result.advantages[self.rank * n_local : (self.rank + 1) * n_local]
+        mine = slice(self.rank * n_local, (self.rank + 1) * n_local)
+        advantages = all_advantages[mine]
+        self._epoch_images = rollout.images
+        self._epoch_captions = self.sample_captions(rollout, advantages)
         t1 = time.perf_counter()
-        train_stats = self.train_epoch(rollout.samples, advantages, epoch)
+        train_stats = self.train_epoch(
+            rollout.samples, advantages, epoch, gate[mine] if gate is not None else None
+        )
         t2 = time.perf_counter()
         timings = rollout.timings
-        metrics = {"epoch": epoch, "train/resolution": cfg.train.resolution}
+        # epochs are counted from 1 in every output, as checkpoint-<n> holds n finished epochs
+        metrics = {"epoch": epoch + 1, "train/resolution": cfg.train.resolution}
         for name, values in all_rewards.items():
             metrics[f"reward/{name}/mean"] = float(np.nanmean(values))
             metrics[f"reward/{name}/std"] = float(np.nanstd(values))
         metrics.update(
             {
                 "reward/aggregated/mean": float(np.nanmean(result.aggregated)),
-                "advantages/mean": float(result.advantages.mean()),
-                "advantages/std": float(result.advantages.std()),
-                "advantages/abs_mean": float(np.abs(result.advantages).mean()),
+                "advantages/mean": float(all_advantages.mean()),
+                "advantages/std": float(all_advantages.std()),
+                "advantages/abs_mean": float(np.abs(all_advantages).mean()),
                 "group_std/mean": result.group_std_mean,
                 "group_std/zero_fraction": result.zero_std_fraction,
                 "reward/num_failed": result.num_failed,
@@ -383,10 +469,45 @@ class GRPOTrainer:
                 "time/training": t2 - t1,
             }
         )
+        metrics.update(group_std_signals(all_rewards, keys))  # the hacking signals
+        metrics.update(advantage_signals(all_advantages))
+        metrics.update(gardo_metrics)
+        if features is not None:
+            metrics.update(in_group_diversity(features, keys))
         step = time.perf_counter() - t0
         metrics["time/step"] = step
         metrics["time/reward_share"] = timings["reward_wait"] / step if step > 0 else 0.0
         return metrics
+
+    def sample_captions(self, rollout: EpochRollout, advantages: np.ndarray) -> list[str]:
+        """The sample grid's captions: each of this process's first images' prompt, rewards
+        and advantage (the images, samples and scores share one order)."""
+        captions = []
+        for i, sample in enumerate(rollout.samples[: len(rollout.images)]):
+            values = {n: float(v[i]) for n, v in rollout.rewards.items()}
+            prompt = self.items[sample["item"]].prompt
+            captions.append(sample_caption(prompt, values, float(advantages[i])))
+        return captions
+
+    def gardo_terms(self, epoch: int, result, rewards: dict, keys: list, features):
+        """GARDO's options on the gathered epoch (each one alone when configured): the
+        diversity-aware advantage, the uncertainty gate of the KL, the reference reset.
+        Returns ``(advantages, metrics, gate)`` (``gate`` ``None``: KL on every sample)."""
+        cfg = self.config
+        advantages, metrics, gate = result.advantages, {}, None
+        if cfg.diversity_advantage:
+            advantages = diversity_advantages(result.aggregated, keys, features, cfg.adv_clip_max)
+        if cfg.kl_gate_rewards:
+            auxiliaries = [rewards[n] for n in cfg.kl_gate_rewards]
+            u = rank_uncertainty(result.aggregated, auxiliaries, cfg.kl_gate_sign)
+            gate = uncertainty_gate(u, self.gardo.kappa)
+            metrics["gardo/kappa"] = self.gardo.kappa.kappa
+            metrics["gardo/gated_fraction"] = float(gate.mean())
+            metrics["gardo/uncertainty_mean"] = float(np.nanmean(u))
+        if cfg.kl_reference == "adapter":
+            metrics["gardo/reference_reset"] = int(self.gardo.maybe_reset(epoch))
+            metrics["gardo/epochs_since_reset"] = epoch - self.gardo.rule.last_reset
+        return advantages, metrics, gate
 
     def check_reward_failures(self, rewards: dict[str, np.ndarray], epoch: int) -> None:
         """Raise :class:`~paco_grpo.reward_failures.RewardFailureError` when a trained reward's
@@ -402,7 +523,7 @@ class GRPOTrainer:
         failed = over_budget(rewards, cfg.max_failed_fraction, dict(cfg.rewards))
         if not failed:
             if self.accelerator.is_main_process:
-                log_sporadic_failures(rewards, cfg.max_failed_fraction, epoch)
+                log_sporadic_failures(rewards, cfg.max_failed_fraction, epoch + 1)
             return
         name, count = next(iter(failed.items()))
         reasons = pop_failure_reasons(self.rewards[name])
@@ -413,7 +534,7 @@ class GRPOTrainer:
             name,
             count,
             len(rewards[name]),
-            epoch=epoch,
+            epoch=epoch + 1,
             max_failed_fraction=cfg.max_failed_fraction,
             reasons=reasons,
             checkpoint=str(latest) if latest is not None else None,
@@ -435,22 +556,28 @@ class GRPOTrainer:
             desc="GRPO epochs",
             disable=not self.accelerator.is_main_process,
         )
+        self._progress = progress
         for epoch in progress:
             t0 = time.perf_counter()
             metrics = self.run_epoch(epoch)
             last = epoch == cfg.num_train_epochs - 1
             if cfg.test.eval_epochs and ((epoch + 1) % cfg.test.eval_epochs == 0 or last):
+                self._phase(epoch, "evaluation")
                 te = time.perf_counter()
                 metrics.update(self.evaluate(epoch))
                 metrics["time/eval"] = time.perf_counter() - te
             metrics["time/epoch"] = time.perf_counter() - t0
             self.log.log_epoch(metrics, self.global_step)
             if self.accelerator.is_main_process and self._epoch_images:
-                path = self.output_dir / "samples" / f"train_epoch_{epoch:05d}.png"
-                save_image_grid(self._epoch_images, path)
+                path = self.output_dir / "samples" / f"train_epoch_{epoch + 1:05d}.png"
+                save_image_grid(
+                    self._epoch_images, path, self._epoch_captions, min(4, cfg.num_generations)
+                )
             if last or (cfg.save_epochs and (epoch + 1) % cfg.save_epochs == 0):
                 self.save_checkpoint(epoch + 1)
             progress.set_postfix({n: f"{metrics[f'reward/{n}/mean']:.3f}" for n in cfg.rewards})
+        self._progress = None
+        progress.close()
         self.accelerator.wait_for_everyone()
         self.log.close()
         return self.history

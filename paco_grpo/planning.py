@@ -11,6 +11,7 @@ the meta device (see :mod:`paco_reward.planning` for how each figure is counted)
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import torch
 
 from paco_grpo.architectures import pipeline_configs
+from paco_grpo.data import load_prompts
 from paco_grpo.epoch_shape import EpochShape
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec
@@ -39,7 +41,14 @@ from paco_reward.planning import (
     node_facts,
 )
 
-__all__ = ["GRPOPlanConfig", "plan_grpo", "reward_server_facts", "transformer_activation_bytes"]
+__all__ = [
+    "GRPOPlanConfig",
+    "gardo_components",
+    "plan_grpo",
+    "prompt_encodings",
+    "reward_server_facts",
+    "transformer_activation_bytes",
+]
 
 
 @dataclass
@@ -117,6 +126,54 @@ def transformer_activation_bytes(
     return activation_bytes(model, forward, calls=calls).bytes(gradient_checkpointing)
 
 
+def _distinct_prompts(config: GRPOConfig) -> int | None:
+    """At most how many prompt encodings the run caches: the distinct prompts of its training
+    and test files (a parquet file's rows, from its metadata: no image is decoded), or
+    ``None`` when a file cannot be read here (a plan may be made where the data is not)."""
+    import pyarrow.parquet as pq
+
+    texts: set[str] = set()
+    rows = 0
+    for path in dict.fromkeys([config.prompt_file, config.test.prompt_file or config.prompt_file]):
+        try:
+            if config.prompt_format == "parquet" or str(path).endswith(".parquet"):
+                rows += pq.ParquetFile(path).metadata.num_rows
+            else:
+                texts.update(
+                    it.prompt for it in load_prompts(path, config.prompt_format, config.layout)
+                )
+        except Exception:  # a missing or unreadable file: the plan stands without the count
+            return None
+    return rows + len(texts)
+
+
+def prompt_encodings(config: GRPOConfig, transformer: dict[str, Any], calls: int):
+    """What the prompt encodings take: on the GPU, the copies of one training micro-batch's
+    (and of the negative prompt with true CFG), a :class:`Component`; in host memory, where
+    the sampler caches every prompt's (:meth:`~paco_grpo.pipelines.GRPOSampler.encode_prompts`),
+    a fact. Sizes from the sampler's ``text_shapes`` at ``max_sequence_length`` tokens (some
+    models cut the padding off: at most this)."""
+    shapes = get_pipeline_spec(config.pipeline).sampler.text_shapes(
+        transformer, config.max_sequence_length
+    )
+    per_prompt = sum(math.prod(shape) for shape in shapes) * dtype_bytes(config.dtype)
+    batch = config.per_device_train_batch_size + (1 if calls == 2 else 0)
+    mib = per_prompt / 2**20
+    component = Component(
+        f"prompt encodings: {batch} copied from the host", 0, config.dtype,
+        bytes=batch * per_prompt, kind="inputs",
+        note=f"a micro-batch's{' and the negative prompt' if calls == 2 else ''}, "
+        f"{mib:.1f} MiB each; the cache is in host memory",
+    )  # fmt: skip
+    count = _distinct_prompts(config)
+    host = f"{mib:.1f} MiB a distinct prompt, pinned, in each process"
+    if count is not None:
+        host += (
+            f": {count * per_prompt / GiB:.1f} GiB for the {count:,} prompts of the prompt files"
+        )
+    return component, host
+
+
 def _reward_components(
     rewards: dict[str, dict], built: Collection[str] = (), label: str = "reward"
 ) -> list[Component]:
@@ -146,6 +203,27 @@ def _reward_components(
         note = "in this process" + (" (serve it to free this)" if servable else "")
         out.append(Component(f"{label} {name}: {model}", params, str(dtype), kind="reward",
                              note=note))  # fmt: skip
+    return out
+
+
+def gardo_components(config: GRPOConfig, lora: int, share: int = 1) -> list[Component]:
+    """What the hacking signals and GARDO's options add to a training process: the image
+    feature model (``feature_model``, float32 as :class:`~paco_grpo.features.ImageFeatures`
+    loads it, in every process) and the reference adapter (``kl_reference: adapter``: a
+    frozen second LoRA of ``lora`` parameters on the same transformer, in the model's dtype
+    since it is added after the policy's is cast to float32; divided as the transformer is
+    under FSDP)."""
+    out = []
+    if config.feature_model:
+        params = count_parameters(build_empty(model_config(config.feature_model)))
+        uses = "the diversity signal" + (
+            " and the diversity-aware advantage" if config.diversity_advantage else ""
+        )
+        out.append(Component(f"feature model: {config.feature_model}", params, "float32",
+                             note=f"{uses}, in this process"))  # fmt: skip
+    if config.kl_reference == "adapter":
+        out.append(Component("reference adapter (GARDO)", lora // share, config.dtype,
+                             note="frozen copy of the LoRA, reset to it"))  # fmt: skip
     return out
 
 
@@ -281,6 +359,7 @@ def plan_grpo(
         Component(name, n // share, "float32", kind="trained", note=note)
         for name, n, note in trained
     ]
+    components += gardo_components(config, lora, share)
 
     spec = get_pipeline_spec(config.pipeline)
     editing = spec.edits
@@ -305,6 +384,8 @@ def plan_grpo(
             f"({'off' if ckpt else 'on'}: {other:.1f} GiB)",
         )  # fmt: skip
     )
+    encodings, encodings_on_host = prompt_encodings(config, transformer, calls)
+    components.append(encodings)
     components += _reward_components(_train_rewards(config), built_rewards)
     components += _reward_components(
         config.separate_test_rewards(), built_test_rewards, label="test reward"
@@ -324,6 +405,7 @@ def plan_grpo(
             "gradient_accumulation_steps": shape.gradient_accumulation_steps,
             "optimizer_steps_per_epoch": shape.optimizer_steps_per_epoch,
             "text_tokens": config.max_sequence_length,
+            "prompt_encodings_in_host_memory": encodings_on_host,
             "not_counted": "sampling and evaluation (no gradients; the VAE decode at the test "
             "resolution is transient), CUDA context and allocator caching (about 1-3 GiB)",
         },

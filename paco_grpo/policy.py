@@ -11,13 +11,18 @@ import torch
 
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.pipelines import get_pipeline_spec, prepare_edit_items
-from paco_reward.errors import ConfigError
+from paco_reward.errors import ConfigError, InputError
 from paco_reward.hub import check_source
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "POLICY_ADAPTER",
+    "REFERENCE_ADAPTER",
+    "adapter_params",
     "add_lora",
+    "add_reference_adapter",
+    "copy_adapter",
     "build_sampler",
     "check_lora_targets",
     "check_pipeline",
@@ -25,6 +30,9 @@ __all__ = [
     "load_pipeline",
     "without_cudnn_attention",
 ]
+
+POLICY_ADAPTER = "default"  # peft's name of the first adapter: the trained policy
+REFERENCE_ADAPTER = "reference"  # GARDO's resettable reference (kl_reference: adapter)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -46,6 +54,9 @@ def load_pipeline(config: GRPOConfig, device):
     """
     import diffusers
 
+    from paco_reward.quiet import apply_quiet
+
+    apply_quiet()  # diffusers (and transformers) are imported by now
     name = get_pipeline_spec(config.pipeline).diffusers_class
     pipe = getattr(diffusers, name).from_pretrained(
         check_source(config.model_name_or_path, "pipeline"),
@@ -102,6 +113,48 @@ def add_lora(config: GRPOConfig, pipe):
             without_cudnn_attention.checkpoint if transformer.device.type == "cuda" else None
         )
     return transformer
+
+
+def add_reference_adapter(config: GRPOConfig, transformer) -> None:
+    """GARDO's resettable reference: a second LoRA adapter (:data:`REFERENCE_ADAPTER`, the
+    policy's shape, frozen) on the same transformer, a copy of the policy's adapter; the
+    policy's stays the active, trainable one (peft's ``set_adapter`` makes only the active
+    adapter trainable)."""
+    import warnings
+
+    from peft import LoraConfig
+
+    with warnings.catch_warnings():  # peft warns that a second adapter is a second adapter
+        warnings.simplefilter("ignore", UserWarning)
+        transformer.add_adapter(
+            LoraConfig(
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                init_lora_weights=config.lora_init,
+                target_modules=config.lora_target_modules,
+                lora_dropout=0.0,
+            ),
+            adapter_name=REFERENCE_ADAPTER,
+        )
+    transformer.set_adapter(POLICY_ADAPTER)
+    copy_adapter(transformer)
+
+
+def adapter_params(transformer, adapter: str) -> dict[str, torch.nn.Parameter]:
+    """``{name with the adapter's name replaced by '{}': parameter}`` of one LoRA adapter."""
+    marker = f".{adapter}."
+    return {n.replace(marker, ".{}."): p for n, p in transformer.named_parameters() if marker in n}
+
+
+@torch.no_grad()
+def copy_adapter(transformer, src: str = POLICY_ADAPTER, dst: str = REFERENCE_ADAPTER) -> None:
+    """Copy LoRA adapter ``src``'s weights into adapter ``dst`` (FSDP2 shards copy shard to
+    shard: both adapters are sharded alike)."""
+    source, target = adapter_params(transformer, src), adapter_params(transformer, dst)
+    if set(source) != set(target):
+        raise InputError(f"adapters {src!r} and {dst!r} adapt different modules.")
+    for name, p in target.items():
+        p.copy_(source[name])
 
 
 def check_lora_targets(targets, transformer) -> None:

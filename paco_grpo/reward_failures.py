@@ -47,7 +47,7 @@ class RewardFailureError(PacoError, RuntimeError):
     Attributes:
         reward: the reward's name in the recipe.
         num_failed / num_samples: NaN scores among the epoch's samples (all processes).
-        epoch: the epoch (0-based) that stopped.
+        epoch: the epoch that stopped (counted from 1, as in ``metrics.jsonl`` and checkpoints).
         reasons: the first reasons the processes recorded (``images[k]: Error: message``).
     """
 

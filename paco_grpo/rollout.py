@@ -12,6 +12,7 @@ under the current weights.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,8 @@ class EpochRollout:
         group_ids: the item index of each sample.
         timings: ``sampling``, ``reward_wait`` and ``reward_compute`` seconds.
         images: the first ``num_sample_images`` images, for the sample grid.
+        features: ``(n, d)`` L2-normalised image features when the rollout has a feature
+            model (:class:`~paco_grpo.features.ImageFeatures`), else ``None``.
     """
 
     samples: list[dict]
@@ -59,6 +62,7 @@ class EpochRollout:
     group_ids: list[int]
     timings: dict[str, float]
     images: list[torch.Tensor] = field(default_factory=list)
+    features: np.ndarray | None = None
 
 
 class Rollout:
@@ -78,6 +82,7 @@ class Rollout:
         self.items = items
         self.accelerator = accelerator
         self.editing = editing
+        self.features = None  # an ImageFeatures: the diversity signal and advantage
         tc = config.train
         self.scheduler = FlowGRPOScheduler(tc.noise_level, tc.sde_type, tc.cps_log_prob)
 
@@ -135,23 +140,30 @@ class Rollout:
         return self.sampler(prompts, height=size[0], width=size[1], **kwargs)
 
     def sample_epoch(
-        self, epoch: int, model, rewards: dict[str, Reward], num_images: int = 0
+        self,
+        epoch: int,
+        model,
+        rewards: dict[str, Reward],
+        num_images: int = 0,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> EpochRollout:
         """Sample this process's share of epoch ``epoch`` with ``model`` and score it.
 
         With ``async_rewards`` each batch's rewards are computed on a background event loop
         (:class:`~paco_grpo.async_rewards.AsyncRewardRunner`) while the next batch is
         sampled; only the time spent blocked on them counts as ``reward_wait``.
+        ``progress(phase, done, total)`` is told of each sampled batch (``"sampling"``, in
+        images) and of the wait for the rewards (``"rewards"``, in batches).
         """
         device = self.accelerator.device  # the reward threads make it their current device
         runner = AsyncRewardRunner(rewards, device=device) if self.config.async_rewards else None
         try:
-            return self._sample_epoch(epoch, model, rewards, runner, num_images)
+            return self._sample_epoch(epoch, model, rewards, runner, num_images, progress)
         finally:
             if runner is not None:
                 runner.close()
 
-    def _sample_epoch(self, epoch, model, rewards, runner, num_images) -> EpochRollout:
+    def _sample_epoch(self, epoch, model, rewards, runner, num_images, progress) -> EpochRollout:
         cfg, tc = self.config, self.config.train
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         slots = self.epoch_slots(epoch)
@@ -162,8 +174,11 @@ class Rollout:
             derive_seed(cfg.seed, epoch, rank, 1)
         )
         samples, pending, images = [], [], []  # pending: a RewardBatch or its future per batch
+        features: list[np.ndarray] = []
         timings = {"sampling": 0.0, "reward_wait": 0.0, "reward_compute": 0.0}
         model.eval()
+        report = progress or (lambda phase, done, total: None)
+        report("sampling", 0, len(mine))
         for start in range(0, len(mine), cfg.sample_batch_size):
             chunk = mine[start : start + cfg.sample_batch_size]
             sizes = {s: self.resolution(self.items[slots[s]], tc.resolution) for s in chunk}
@@ -183,6 +198,8 @@ class Rollout:
                 timings["sampling"] += t1 - t0
                 timings["reward_wait"] += time.perf_counter() - t1
                 images.extend(out.images[: max(0, num_images - len(images))])
+                if self.features is not None:
+                    features.append(self.features(out.images))
                 schedule, steps = out.schedule, out.noise_steps
                 for b, slot in enumerate(part):
                     samples.append(
@@ -199,15 +216,21 @@ class Rollout:
                             "sigma_max": schedule.sigma_max,
                         }
                     )
+                report("sampling", len(samples), len(mine))
+        report("rewards", 0, len(pending))
         t2 = time.perf_counter()
-        batches = [p if runner is None else p.result() for p in pending]  # re-raises
+        batches = []
+        for p in pending:
+            batches.append(p if runner is None else p.result())  # re-raises
+            report("rewards", len(batches), len(pending))
         timings["reward_wait"] += time.perf_counter() - t2
         timings["reward_compute"] = sum(b.seconds for b in batches)
         scores = {
             n: np.concatenate([b.scores[n] for b in batches]) if batches else np.zeros(0)
             for n in rewards
         }
-        return EpochRollout(samples, scores, [s["item"] for s in samples], timings, images)
+        feats = np.concatenate(features) if self.features is not None and features else None
+        return EpochRollout(samples, scores, [s["item"] for s in samples], timings, images, feats)
 
     # ------------------------------------------------------------------ training batches
     def minibatches(

@@ -12,15 +12,17 @@ import io
 import json
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from paco_reward.atomic_io import atomic_write_bytes, atomic_write_text, save_figure
+from paco_reward.errors import InputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunLog", "plot_reward_curve", "save_image_grid"]
+__all__ = ["RunLog", "plot_reward_curve", "sample_caption", "save_image_grid"]
 
 TRACKER_PROJECT = "paco-grpo"
 
@@ -43,12 +45,13 @@ class RunLog:
             accelerator.init_trackers(TRACKER_PROJECT, config=_scalars(_flatten(config)))
 
     def rewind(self, start_epoch: int) -> None:
-        """Keep the rows of epochs before ``start_epoch`` (a resumed run redoes the rest)."""
+        """Keep the rows of the first ``start_epoch`` epochs (rows count epochs from 1, as
+        checkpoints do; a resumed run redoes the rest)."""
         path = self.output_dir / "metrics.jsonl"
         if not path.is_file():
             return
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        self.history = [r for r in rows if r["epoch"] < start_epoch]
+        self.history = [r for r in rows if r["epoch"] <= start_epoch]
         if self.accelerator.is_main_process:
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in self.history))
 
@@ -110,19 +113,124 @@ def _scalars(values: dict) -> dict:
     return out
 
 
-def save_image_grid(images, path: Path) -> None:
-    """Images (float CHW in [0, 1], sizes may differ) as one padded grid PNG, atomically."""
-    from torchvision.utils import make_grid, save_image
+# a sample panel is shown at least this many pixels on its longer side (tiny models draw 32 px)
+MIN_PANEL_SIDE = 256
+PROMPT_LINES = 3  # a long prompt is cut after this many wrapped lines
+FONT_SIZE = 14
 
-    images = [im.float().cpu() for im in images]
-    height = max(im.shape[1] for im in images)  # sizes differ with per-item resolutions
-    width = max(im.shape[2] for im in images)  # and with edits that keep aspect ratios
-    images = [
-        torch.nn.functional.pad(im, (0, width - im.shape[2], 0, height - im.shape[1]))
-        for im in images
-    ]
+
+def sample_caption(
+    prompt: str, rewards: Mapping[str, float], advantage: float | None = None
+) -> str:
+    """The caption of one sample panel: its prompt, then one ``name value`` line per reward
+    (``failed`` for NaN) and its advantage when given.
+
+    Example:
+        >>> print(sample_caption("a red fox", {"clip_t": 0.25, "ocr": float("nan")}, 1.5))
+        a red fox
+        clip_t 0.2500
+        ocr failed
+        advantage +1.500
+    """
+    lines = [prompt]
+    for name, value in rewards.items():
+        lines.append(f"{name} {value:.4f}" if math.isfinite(value) else f"{name} failed")
+    if advantage is not None:
+        lines.append(f"advantage {advantage:+.3f}")
+    return "\n".join(lines)
+
+
+def _wrap(text: str, font, width: int) -> list[str]:
+    """Greedy word wrap of one paragraph to ``width`` pixels (a word longer than the width is
+    cut by characters)."""
+    lines: list[str] = []
+    current = ""
+    for word in text.split():
+        candidate = f"{current} {word}".strip()
+        if font.getlength(candidate) <= width:
+            current = candidate
+            continue
+        if current:
+            lines.append(current)
+        while len(word) > 1 and font.getlength(word) > width:
+            cut = 1
+            while cut < len(word) and font.getlength(word[: cut + 1]) <= width:
+                cut += 1
+            lines.append(word[:cut])
+            word = word[cut:]
+        current = word
+    if current or not lines:
+        lines.append(current)
+    return lines
+
+
+def _caption_lines(caption: str, font, width: int) -> list[str]:
+    """A caption's first line (the prompt) wrapped to at most :data:`PROMPT_LINES` lines (the
+    last one ending in an ellipsis when cut); every other line wrapped in full."""
+    prompt, *rest = caption.split("\n")
+    lines = _wrap(prompt, font, width)
+    if len(lines) > PROMPT_LINES:
+        last = lines[PROMPT_LINES - 1]
+        while last and font.getlength(last + "…") > width:
+            last = last[:-1]
+        lines = lines[: PROMPT_LINES - 1] + [last + "…"]
+    for line in rest:
+        lines.extend(_wrap(line, font, width))
+    return lines
+
+
+def _to_pil(image: torch.Tensor):
+    """A float CHW tensor in [0, 1] as an RGB PIL image."""
+    from PIL import Image
+
+    array = (image.float().cpu().clamp(0, 1) * 255).round().to(torch.uint8)
+    array = array.expand(3, -1, -1) if array.shape[0] == 1 else array[:3]
+    return Image.fromarray(array.permute(1, 2, 0).numpy(), mode="RGB")
+
+
+def save_image_grid(
+    images,
+    path: Path,
+    captions: Sequence[str] | None = None,
+    columns: int = 4,
+    min_side: int = MIN_PANEL_SIDE,
+) -> None:
+    """Images (float CHW in [0, 1], sizes may differ) as one grid PNG, written atomically.
+
+    Each panel is upscaled by an integer factor (nearest neighbour: a tiny model's pixels
+    stay pixels) until its longer side is at least ``min_side``; with ``captions`` (one per
+    image, :func:`sample_caption`) each panel gets its text on a white band below it.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+
+    if len(images) == 0:  # a list or a batched tensor
+        return
+    if captions is not None and len(captions) != len(images):
+        raise InputError(f"save_image_grid got {len(images)} images but {len(captions)} captions.")
+    panels = [_to_pil(im) for im in images]
+    side = max(max(p.size) for p in panels)
+    factor = max(1, -(-min_side // side))  # ceil: 32 px -> x8 = 256 px
+    panels = [p.resize((p.width * factor, p.height * factor), Image.NEAREST) for p in panels]
+    width = max(p.width for p in panels)  # sizes differ with per-item resolutions
+    height = max(p.height for p in panels)  # and with edits that keep aspect ratios
+    font = ImageFont.load_default(size=FONT_SIZE)
+    line_height = FONT_SIZE + 4
+    margin = 4
+    texts = [_caption_lines(c, font, width - 2 * margin) for c in captions or []]
+    band = max((len(t) for t in texts), default=0) * line_height + (2 * margin if texts else 0)
+    columns = max(1, min(columns, len(panels)))
+    rows = -(-len(panels) // columns)
+    pad = 4
+    cell_w, cell_h = width + pad, height + band + pad
+    grid = Image.new("RGB", (columns * cell_w + pad, rows * cell_h + pad), "white")
+    draw = ImageDraw.Draw(grid)
+    for i, panel in enumerate(panels):
+        x, y = pad + (i % columns) * cell_w, pad + (i // columns) * cell_h
+        grid.paste(panel, (x, y))
+        for j, line in enumerate(texts[i] if texts else []):
+            draw.text((x + margin, y + height + margin + j * line_height), line, "black", font)
     buffer = io.BytesIO()
-    save_image(make_grid(torch.stack(images), nrow=4, padding=2), buffer, format="png")
+    grid.save(buffer, format="png")
     atomic_write_bytes(path, buffer.getvalue())
 
 

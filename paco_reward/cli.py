@@ -1,4 +1,4 @@
-"""``paco-reward``: score, explain, train, plan, merge, serve, gateway: every command in this file.
+"""``paco-reward``: score, explain, train, plan, merge, serve, gateway, tiny: every command here.
 
 Each command is a dataclass of its arguments and a function (a
 :class:`~paco_reward.command_line.Command`); :func:`paco_reward.command_line.run_cli` turns
@@ -20,6 +20,7 @@ device, and the hub arguments ``PacoReward.from_pretrained`` takes (a pinned ``-
         Gemma-3-4B-IT --device cuda:0 cuda:1
     paco-reward gateway PaCo-Reward-7B=http://127.0.0.1:8001/v1 \
         Gemma-3-4B-IT=http://127.0.0.1:8002/v1 --port 8000
+    paco-reward tiny tiny_judge --panels .   # offline: a tiny random judge and sample panels
 
 Every :class:`~paco_reward.server.config.ServerConfig` limit is a flag of ``serve`` and holds
 for every model it serves; ``serve``'s per-model options (``--adapter``, ``--revision``,
@@ -38,8 +39,8 @@ from paco_reward.command_line import Command, config_field, run_cli
 from paco_reward.errors import ConfigError
 from paco_reward.hub import default_model_name
 from paco_reward.server.config import ServerConfig
-from paco_reward.server.gateway_config import GatewayConfig
-from paco_reward.templates import TEMPLATES
+from paco_reward.server.gateway_config import GatewayConfig, Upstream
+from paco_reward.templates import DEFAULT_TEMPLATE, TEMPLATES, get_template
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ __all__ = [
     "ModelArguments",
     "ScoreArguments",
     "ServeArguments",
+    "TinyArguments",
     "main",
 ]
 
@@ -61,6 +63,8 @@ NO_ADAPTER = "none"
 # ``serve``'s loading options that take one value per model, and those shared by every model.
 PER_MODEL = ("adapter", "revision", "dtype", "device")
 SHARED = ("cache_dir", "trust_remote_code", "attn_implementation")
+# The scorer's options of the commands that score (``score``, ``explain``, ``serve``; not ``merge``).
+SCORING = ("vision_attention",)
 
 
 @dataclass(kw_only=True)
@@ -111,7 +115,19 @@ class ModelArguments:
 
 
 @dataclass(kw_only=True)
-class _JudgementArguments(ModelArguments):
+class _ScoringArguments(ModelArguments):
+    vision_attention: str = config_field(
+        "auto",
+        help="Qwen-VL vision attention: auto (one call per window length where transformers' "
+        "forward is the checked one, else transformers' own), grouped (or fail), stock.",
+    )
+
+    def load_kwargs(self) -> dict[str, Any]:
+        return {**super().load_kwargs(), **{name: getattr(self, name) for name in SCORING}}
+
+
+@dataclass(kw_only=True)
+class _JudgementArguments(_ScoringArguments):
     prompt: str | None = config_field(
         None, help="Theme / criterion / edit instruction filling the template."
     )
@@ -119,6 +135,17 @@ class _JudgementArguments(ModelArguments):
         None,
         help=f"One of {sorted(TEMPLATES)} or a format string with {{prompt}} (default: consistency).",
     )
+
+    def __post_init__(self) -> None:
+        # Checked now, before the model loads (minutes for a 7B judge), not by the template
+        # after it ("got None").
+        template = get_template(self.template or DEFAULT_TEMPLATE)
+        if template.needs_prompt and not (self.prompt or "").strip():
+            raise ConfigError(
+                f"--prompt is missing: the {template.name!r} template needs the theme, criterion "
+                'or edit instruction; add --prompt "a red fox in four seasons" (or a --template '
+                "without {prompt}, such as rank)."
+            )
 
 
 @dataclass(kw_only=True)
@@ -139,6 +166,7 @@ class ScoreArguments(_JudgementArguments):
     def __post_init__(self) -> None:
         if self.grid is None and len(self.images) < 2:
             raise ConfigError("give two or more images, or --grid GRID.")
+        super().__post_init__()
 
 
 @dataclass(kw_only=True)
@@ -165,7 +193,7 @@ class MergeArguments(ModelArguments):
 
 
 @dataclass(kw_only=True)
-class ServeArguments(ModelArguments, ServerConfig):
+class ServeArguments(_ScoringArguments, ServerConfig):
     """Serve one PaCo evaluator, or several behind one port, over an OpenAI-compatible HTTP
     API (loopback by default). The per-model options (``--adapter``, ``--revision``,
     ``--dtype``, ``--device``) take one value for every model or one per model, in MODEL's
@@ -245,7 +273,7 @@ class ServeArguments(ModelArguments, ServerConfig):
 
     def models(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(served name, MODEL, from_pretrained keyword arguments)`` of each model."""
-        shared = {name: getattr(self, name) for name in SHARED}
+        shared = {name: getattr(self, name) for name in (*SHARED, *SCORING)}
         per_model = zip(*(self.per_model(option) for option in PER_MODEL))
         return [
             (name, model, {**shared, **dict(zip(PER_MODEL, values))})
@@ -259,13 +287,26 @@ class ServeArguments(ModelArguments, ServerConfig):
 
 
 @dataclass(kw_only=True)
+class TinyArguments:
+    """Build a tiny offline judge (a randomly initialised Qwen2.5-VL, a few MB) and, with
+    --panels, sample images to score with it: a first try without downloading anything."""
+
+    output_dir: str = config_field(help="Folder to write the judge to (its name).", positional=True)
+    panels: str | None = config_field(
+        None, help="Also write panel_1.png, panel_2.png and grid.png to this folder."
+    )
+    seed: int = config_field(0, help="Seed of the random weights.")
+
+
+@dataclass(kw_only=True)
 class GatewayArguments(GatewayConfig):
     """One port in front of several OpenAI-compatible servers (vLLM, paco-reward serve),
     each request routed by the model it names (loopback by default)."""
 
     upstreams: list[str] = config_field(
         help="NAME=URL of each upstream: the model name it serves (requests pass unchanged) "
-        "and its API root, e.g. PaCo-Reward-7B=http://127.0.0.1:8001/v1.",
+        "and its API root, e.g. PaCo-Reward-7B=http://127.0.0.1:8001/v1; "
+        "NAME=URL,key_env=VARIABLE gives that upstream its own key, read from $VARIABLE.",
         positional=True,
         nargs="+",
     )
@@ -277,19 +318,16 @@ class GatewayArguments(GatewayConfig):
         super().__post_init__()
         self.upstream_urls()
 
-    def upstream_urls(self) -> dict[str, str]:
-        """``{name: url}`` from the NAME=URL arguments."""
-        urls: dict[str, str] = {}
+    def upstream_urls(self) -> dict[str, Upstream]:
+        """``{name: Upstream}`` from the NAME=URL[,key_env=VARIABLE] arguments."""
+        urls: dict[str, Upstream] = {}
         for item in self.upstreams:
-            name, sep, url = item.partition("=")
-            if not sep or not name.strip() or not url.strip():
+            upstream = Upstream.from_argument(item)
+            if upstream.name in urls:
                 raise ConfigError(
-                    f"upstream {item!r} is not NAME=URL; e.g. "
-                    "PaCo-Reward-7B=http://127.0.0.1:8001/v1."
+                    f"upstream name {upstream.name!r} is given twice: {self.upstreams}."
                 )
-            if name in urls:
-                raise ConfigError(f"upstream name {name!r} is given twice: {self.upstreams}.")
-            urls[name] = url
+            urls[upstream.name] = upstream
         return urls
 
 
@@ -363,6 +401,7 @@ def serve(args: ServeArguments) -> int:
     from PIL import Image
 
     from paco_reward.server.app import create_app
+    from paco_reward.server.limits import uvicorn_options
     from paco_reward.transformers_backend import TransformersBackend
 
     _warn_if_open(args.host, args.api_key)
@@ -378,7 +417,7 @@ def serve(args: ServeArguments) -> int:
     }
     app = create_app(backends, config)
     print(f"paco-reward serve: models {list(backends)} on http://{args.host}:{args.port}/v1")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, **uvicorn_options(config))
     return 0
 
 
@@ -386,12 +425,26 @@ def gateway(args: GatewayArguments) -> int:
     import uvicorn
 
     from paco_reward.server.gateway import create_gateway
+    from paco_reward.server.limits import uvicorn_options
 
     _warn_if_open(args.host, args.api_key)
     upstreams = args.upstream_urls()
     app = create_gateway(upstreams, args)  # the arguments are a checked GatewayConfig
-    print(f"paco-reward gateway: {upstreams} on http://{args.host}:{args.port}/v1")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    listed = {name: upstream.api_root for name, upstream in upstreams.items()}
+    print(f"paco-reward gateway: {listed} on http://{args.host}:{args.port}/v1")
+    uvicorn.run(app, host=args.host, port=args.port, **uvicorn_options(args))
+    return 0
+
+
+def tiny(args: TinyArguments) -> int:
+    from paco_reward.testing import build_tiny_qwen2_5_vl
+    from paco_reward.testing.samples import write_sample_panels
+
+    print(f"{build_tiny_qwen2_5_vl(args.output_dir, seed=args.seed)}: a tiny judge with random "
+          "weights (its scores mean nothing; it loads and scores as a real one does)")  # fmt: skip
+    if args.panels is not None:
+        for path in write_sample_panels(args.panels):
+            print(path)
     return 0
 
 
@@ -416,6 +469,7 @@ COMMANDS = [
         train,
         "SFT the pairwise evaluator from a YAML recipe.",
         recipe=True,
+        reads_inputs=True,
     ),  # fmt: skip
     Command("plan", _sft_plan_cls, plan, "Memory per process of a launch.", recipe=True),
     Command("merge", MergeArguments, merge, "Merge a LoRA adapter into its base model."),
@@ -426,6 +480,7 @@ COMMANDS = [
         gateway,
         "One port in front of several OpenAI-compatible servers, routed by model.",
     ),
+    Command("tiny", TinyArguments, tiny, "Build a tiny offline judge and sample panels."),
 ]
 
 

@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import enum
 import logging
+import re
 import sys
 import types
 import typing
@@ -42,6 +45,7 @@ from paco_reward.errors import ConfigError
 
 __all__ = [
     "Command",
+    "check_recipe_inputs",
     "config_field",
     "mapping_fields",
     "parse_config",
@@ -72,19 +76,82 @@ class Command:
     """A subcommand: its name, its arguments' dataclass and what runs it.
 
     ``run(config)`` returns an exit code (``None`` = 0). With ``recipe=True`` the command
-    first takes a YAML file of the dataclass's fields. ``config_cls`` may be a function
-    returning the class, so a heavy import happens only when that command runs.
+    first takes a YAML file of the dataclass's fields; with ``recipe="optional"`` it may
+    (flags alone are a full command line). ``config_cls`` may be a function returning the
+    class, so a heavy import happens only when that command runs. With ``reads_inputs=True``
+    (a trainer) a folder the config names that does not exist and that the recipe's first
+    line builds is refused naming that command (:func:`check_recipe_inputs`).
     """
 
     name: str
     config_cls: type | Callable[[], type]
     run: Callable[[Any], int | None]
     help: str
-    recipe: bool = False
+    recipe: bool | str = False
+    reads_inputs: bool = False
 
     def resolve(self) -> type:
         cls = self.config_cls
         return cls if isinstance(cls, type) else cls()
+
+
+# ---------------------------------------------------------------------- help text
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` (a docstring or help string written in reStructuredText) as a terminal shows
+    it: roles reduced to their last name, ``literals`` to their text.
+
+    Example:
+        >>> plain_text("``paco-reward``: see :class:`~paco_reward.PacoReward` and :mod:`a.b`")
+        'paco-reward: see PacoReward and a.b'
+    """
+
+    def role(match: re.Match) -> str:
+        target = match.group(1).strip()
+        return target.rsplit(".", 1)[-1] if match.group(0).count("~") else target
+
+    return _ROLE.sub(role, text).replace("``", "")
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'X'?)`` for the closest of ``choices`` to a mistyped ``word``, else ``""``.
+
+    Example:
+        >>> did_you_mean("--max_step", ["--max_steps", "--seed"])
+        " (did you mean '--max_steps'?)"
+        >>> did_you_mean("--zzz", ["--max_steps"])
+        ''
+    """
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse as every ``paco-*`` command uses it: no abbreviations (``--max_step`` is not
+    ``--max_steps``: a typo must not silently pick a flag), plain-text descriptions, and a
+    "did you mean" for a mistyped flag or subcommand."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        if kwargs.get("description"):
+            kwargs["description"] = plain_text(kwargs["description"])
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        if message.startswith("unrecognized arguments:"):
+            flags = [o for o in self._option_string_actions if o.startswith("--")]
+            for word in message.split(":", 1)[1].split():
+                if word.startswith("-"):
+                    message += did_you_mean(word.partition("=")[0], flags)
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            names = re.findall(r"'([^']*)'", choice.group(2))
+            message += did_you_mean(choice.group(1), names)
+        super().error(message)
 
 
 # ---------------------------------------------------------------------- types
@@ -173,6 +240,38 @@ def _has_default(f: dataclasses.Field) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
+def _default_text(f: dataclasses.Field) -> str | None:
+    """How ``--help`` shows ``f``'s default (None: it has none)."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        try:
+            value = f.default_factory()
+        except Exception:  # a factory that needs more than nothing: say nothing
+            return None
+    else:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple, dict)) and not value:
+        return "none" if isinstance(value, (list, tuple)) else "{}"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    text = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= 60 else None
+
+
+def _help_with_default(f: dataclasses.Field) -> str:
+    """The field's help, with its default where the help does not already say it."""
+    help_text = plain_text(f.metadata.get("help", "") or "").replace("%", "%%")
+    default = _default_text(f)
+    if default is None or "default" in help_text.lower() or f.metadata.get("positional"):
+        return help_text
+    return f"{help_text.rstrip()} (default: {default})".lstrip()
+
+
 def _number(kind: type, optional: bool) -> Callable[[str], Any]:
     """An argparse ``type`` reading an int or a float (``null`` too when ``optional``), so
     that ``--limit two`` is a usage error rather than a failure later on."""
@@ -195,48 +294,116 @@ def _number(kind: type, optional: bool) -> Callable[[str], Any]:
     return convert
 
 
-def _add_field(parser: argparse.ArgumentParser, f: dataclasses.Field, tp, prefix: str,
-               required: bool) -> None:  # fmt: skip
-    name = prefix + f.name
-    help_text = f.metadata.get("help", "")
+def _item_kind(tp) -> str:
+    return "str" if tp in (str, Path) else "yaml"
+
+
+def argument_spec(f: dataclasses.Field, tp, prefix: str = "", required: bool = True) -> dict:
+    """How the command line reads field ``f`` (annotation ``tp``, ``prefix`` its dotted
+    section), as plain data: what :func:`add_argument_spec` builds an option from. Kept as
+    data so that a command's options can be built without importing its config class
+    (:func:`run_cli`'s argument cache).
+
+    Example:
+        >>> f = config_field(8000, help="TCP port.")
+        >>> f.name = "port"
+        >>> spec = argument_spec(f, int)
+        >>> spec["kind"], spec["help"]
+        ('int', 'TCP port. (default: 8000)')
+    """
     inner, optional = _unwrap_optional(tp)
     origin = typing.get_origin(inner)
+    spec: dict[str, Any] = {"name": prefix + f.name, "help": _help_with_default(f)}
     if f.metadata.get("positional"):
-        kwargs: dict[str, Any] = {"help": help_text}
-        if f.metadata.get("nargs"):
-            kwargs["nargs"] = f.metadata["nargs"]
-        elif _has_default(f):
-            kwargs["nargs"] = "?"
         item = (typing.get_args(inner) or (str,))[0] if origin is list else inner
-        kwargs["type"] = str if item in (str, Path) else _yaml_value
-        parser.add_argument(f.name, **kwargs)
+        spec.update(kind="positional", item=_item_kind(item))
+        if f.metadata.get("nargs"):
+            spec["nargs"] = f.metadata["nargs"]
+        elif _has_default(f):
+            spec["nargs"] = "?"
+        return spec
+    spec["required"] = bool(required and not _has_default(f))
+    if inner is bool:
+        spec.update(kind="bool", negatable=not prefix)
+        return spec
+    if origin is list:  # repeating the flag adds to the list (--scorer a --scorer b)
+        (item,) = typing.get_args(inner) or (str,)
+        spec.update(kind="list", item="str" if item is str else "yaml")
+    elif inner in (str, Path):
+        spec.update(kind="str", optional=optional)
+    elif inner in (int, float):
+        spec.update(kind=inner.__name__, optional=optional)
+    elif str in _union_members(inner):
+        members = _union_members(inner)
+        takes = [k.__name__ for k in (int, float) if k in members]
+        takes += ["list"] * any(typing.get_origin(m) is list for m in members)
+        spec.update(kind="union", optional=optional, takes=takes)
+        words = [e.value for m in members if isinstance(m, type) and issubclass(m, enum.Enum)
+                 for e in m if isinstance(e.value, str)]  # fmt: skip
+        if words:  # transformers' strategies and schedulers: say which words it takes
+            spec["help"] += f" (choices: {', '.join(words)})"
+    else:
+        spec["kind"] = "yaml"
+    if typing.get_origin(inner) is typing.Literal:
+        spec["choices"] = list(typing.get_args(inner))
+    return spec
+
+
+def _union_type(spec: dict) -> Callable[[str], Any]:
+    members = tuple({"int": int, "float": float, "list": list[str]}[k] for k in spec["takes"])
+    return _text_in_union((str, *members), spec["optional"])
+
+
+def add_argument_spec(parser: argparse.ArgumentParser, spec: dict) -> None:
+    """Add the option (or positional) :func:`argument_spec` describes to ``parser``."""
+    name, help_text, kind = spec["name"], spec["help"], spec["kind"]
+    if kind == "positional":
+        kwargs: dict[str, Any] = {"help": help_text, "type": str if spec["item"] == "str" else _yaml_value}
+        if "nargs" in spec:
+            kwargs["nargs"] = spec["nargs"]
+        parser.add_argument(name, **kwargs)
         return
     flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
     kwargs = {"dest": name, "help": help_text, "default": argparse.SUPPRESS}
-    if required and not _has_default(f):  # a missing value is a usage error (exit 2)
+    if spec["required"]:  # a missing value is a usage error (exit 2)
         kwargs["required"] = True
-    if inner is bool:
+    if kind == "bool":
         kwargs.update(nargs="?", const=True, type=_to_bool, metavar="true|false")
         parser.add_argument(*flags, **kwargs)
-        if not prefix:
+        if spec["negatable"]:
             negations = [f"--no_{name}", f"--no-{name.replace('_', '-')}"]
             parser.add_argument(*negations, dest=name, action="store_const", const=False,
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # fmt: skip
         return
-    if origin is list:  # repeating the flag adds to the list (--scorer a --scorer b)
-        (item,) = typing.get_args(inner) or (str,)
-        kwargs.update(action="extend", nargs="*", type=str if item is str else _yaml_value)
-    elif inner in (str, Path):
-        kwargs["type"] = _string_or_none if optional else str
-    elif inner in (int, float):
-        kwargs["type"] = _number(inner, optional)
-    elif str in _union_members(inner):
-        kwargs["type"] = _text_in_union(_union_members(inner), optional)
+    if kind == "list":
+        kwargs.update(action="extend", nargs="*", type=str if spec["item"] == "str" else _yaml_value)
+    elif kind == "str":
+        kwargs["type"] = _string_or_none if spec["optional"] else str
+    elif kind in ("int", "float"):
+        kwargs["type"] = _number(int if kind == "int" else float, spec["optional"])
+    elif kind == "union":
+        kwargs["type"] = _union_type(spec)
     else:
         kwargs["type"] = _yaml_value
-    if typing.get_origin(inner) is typing.Literal:
-        kwargs["choices"] = list(typing.get_args(inner))
+    if "choices" in spec:
+        kwargs["choices"] = spec["choices"]
     parser.add_argument(*flags, **kwargs)
+
+
+def dataclass_argument_specs(cls: type, prefix: str = "", required: bool = True) -> list[dict]:
+    """:func:`argument_spec` of every field of ``cls`` (nested dataclass fields dotted)."""
+    hints = typing.get_type_hints(cls)
+    specs: list[dict] = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints.get(f.name, str)
+        inner, _ = _unwrap_optional(tp)
+        if dataclasses.is_dataclass(inner):
+            specs += dataclass_argument_specs(inner, f"{prefix}{f.name}.", required)
+        else:
+            specs.append(argument_spec(f, tp, prefix, required))
+    return specs
 
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "",
@@ -245,16 +412,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, prefix: 
 
     With ``required``, a field without a default is a required option (``False`` when a
     recipe may give it)."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        tp = hints.get(f.name, str)
-        inner, _ = _unwrap_optional(tp)
-        if dataclasses.is_dataclass(inner):
-            add_dataclass_arguments(parser, inner, f"{prefix}{f.name}.", required)
-        else:
-            _add_field(parser, f, tp, prefix, required)
+    for spec in dataclass_argument_specs(cls, prefix, required):
+        add_argument_spec(parser, spec)
 
 
 def mapping_fields(cls: type, prefix: str = "") -> list[str]:
@@ -294,7 +453,11 @@ def split_entry_flags(cls: type, argv: Sequence[str]) -> tuple[list[str], dict[s
         >>> split_entry_flags(Recipe, ["--reward_kwargs.clip_t.model", "m", "--seed", "1"])
         (['--seed', '1'], {'reward_kwargs.clip_t.model': 'm'})
     """
-    mappings = sorted(mapping_fields(cls), key=len, reverse=True)  # the longest name first
+    return _split_entries(mapping_fields(cls), argv)
+
+
+def _split_entries(mappings: Sequence[str], argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    mappings = sorted(mappings, key=len, reverse=True)  # the longest name first
     rest: list[str] = []
     entries: dict[str, Any] = {}
     args = iter(argv)
@@ -318,16 +481,21 @@ def split_entry_flags(cls: type, argv: Sequence[str]) -> tuple[list[str], dict[s
     return rest, entries
 
 
-def _parse(parser: argparse.ArgumentParser, cls: type | None,
-           argv: Sequence[str]) -> argparse.Namespace:  # fmt: skip
-    """``parser.parse_args`` of ``argv`` with the mapping-entry flags of ``cls`` (none without
-    a class: argparse then says what is wrong) set on the namespace as dotted names, after
-    the other flags: an entry wins over its whole mapping."""
+def _parse(parser: argparse.ArgumentParser, mappings: Sequence[str],
+           argv: Sequence[str], usage_parser: argparse.ArgumentParser | None = None,
+           ) -> argparse.Namespace:  # fmt: skip
+    """``parser.parse_args`` of ``argv`` with the mapping-entry flags (of the fields named
+    ``mappings``) set on the namespace as dotted names, after the other flags: an entry wins
+    over its whole mapping. An unrecognised argument is reported with ``usage_parser``'s usage
+    (the subcommand's, not the program's)."""
+    usage_parser = usage_parser or parser
     try:
-        rest, entries = split_entry_flags(cls, argv) if cls is not None else (argv, {})
+        rest, entries = _split_entries(mappings, argv)
     except ConfigError as err:
-        parser.error(str(err))
-    namespace = parser.parse_args(rest)
+        usage_parser.error(str(err))
+    namespace, extras = parser.parse_known_args(rest)
+    if extras:
+        usage_parser.error("unrecognized arguments: " + " ".join(extras))
     for key, value in entries.items():
         setattr(namespace, key, value)
     return namespace
@@ -382,6 +550,30 @@ def coerce_floats(cls: type, values: dict[str, Any], prefix: str = "") -> dict[s
     return out
 
 
+# Up to this many valid keys are listed in full; more get the closest ones and a pointer.
+LISTED_KEYS = 30
+
+
+def unknown_keys_message(where: str, unknown: Sequence[str], names: Sequence[str],
+                         owner: str | None = None) -> str:  # fmt: skip
+    """The error for mistyped keys: each with its closest valid key, the valid keys listed
+    when they are few.
+
+    Example:
+        >>> unknown_keys_message("recipe", ["learnig_rate"], ["learning_rate", "seed"])
+        "recipe: unknown key(s) ['learnig_rate'] (did you mean 'learning_rate'?); valid keys: ['learning_rate', 'seed']."
+    """
+    hints = "".join(
+        did_you_mean(k.rsplit(".", 1)[-1], [n.rsplit(".", 1)[-1] for n in names]) for k in unknown
+    )
+    owner_text = f" for {owner}" if owner else ""
+    if len(names) <= LISTED_KEYS:
+        listed = f"valid keys: {sorted(names)}"
+    else:
+        listed = f"{len(names)} valid keys, listed by the command's --help and in docs/cli.md"
+    return f"{where}: unknown key(s) {list(unknown)}{owner_text}{hints}; {listed}."
+
+
 def config_from_mapping(cls: type, values: dict[str, Any], where: str = "arguments",
                         prefix: str = ""):  # fmt: skip
     """``cls(**values)``, refusing a key that is not a field of ``cls`` (named with ``prefix``,
@@ -394,7 +586,7 @@ def config_from_mapping(cls: type, values: dict[str, Any], where: str = "argumen
         >>> config_from_mapping(Hello, {"nmae": "world"})
         Traceback (most recent call last):
         ...
-        paco_reward.errors.ConfigError: arguments: unknown key(s) ['nmae'] for Hello; valid keys: ['name'].
+        paco_reward.errors.ConfigError: arguments: unknown key(s) ['nmae'] for Hello (did you mean 'name'?); valid keys: ['name'].
     """
     if not isinstance(values, dict):
         raise ConfigError(f"{prefix.rstrip('.') or where} must be a mapping; got {values!r}.")
@@ -402,8 +594,8 @@ def config_from_mapping(cls: type, values: dict[str, Any], where: str = "argumen
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key(s) {[prefix + k for k in unknown]} for {cls.__name__}; "
-            f"valid keys: {sorted(prefix + n for n in names)}."
+            unknown_keys_message(where, [prefix + k for k in unknown],
+                                 sorted(prefix + n for n in names), cls.__name__)  # fmt: skip
         )
     return cls(**coerce_floats(cls, values, prefix))
 
@@ -430,11 +622,74 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
     return values
 
 
-def config_from_namespace(cls: type, namespace: argparse.Namespace, recipe: bool = False):
-    """The config a parsed command line describes (recipe values under the flags)."""
+def recipe_build_commands(path: str | Path) -> list[str]:
+    """The commands a recipe's first comment line runs before the recipe's own command (the
+    ones that build its inputs): ``# paco-grpo tiny-flux tiny_flux && paco-grpo train R``
+    gives ``["paco-grpo tiny-flux tiny_flux"]``."""
+    lines = Path(path).read_text().splitlines()
+    if not lines or not lines[0].startswith("#"):
+        return []
+    steps = [step.strip() for step in lines[0].lstrip("#").split("&&")]
+    return [s for s in steps if s.startswith("paco-") and Path(path).name not in s]
+
+
+def _string_values(values: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted name, value) of every string in a nested mapping or list of a config."""
+    if isinstance(values, dict):
+        return [pair for k, v in values.items() for pair in _string_values(v, f"{prefix}{k}.")]
+    if isinstance(values, (list, tuple)):
+        return [pair for v in values for pair in _string_values(v, prefix)]
+    return [(prefix.rstrip("."), values)] if isinstance(values, str) else []
+
+
+def _positionals(command: str) -> list[str]:
+    """The positional words of ``command`` after its program and subcommand (the folders it
+    writes), not the flags nor their values."""
+    import shlex
+
+    words = shlex.split(command)[2:]
+    return [w for i, w in enumerate(words) if not w.startswith("-")
+            and not (i and words[i - 1].startswith("--") and "=" not in words[i - 1])]  # fmt: skip
+
+
+def check_recipe_inputs(recipe: str | Path, config: Any) -> None:
+    """Refuse a config naming a folder that does not exist and that ``recipe``'s first line
+    builds (a tiny model, a synthetic export), naming that command: the loader would otherwise
+    take a missing ``tiny_flux`` for a hub id and fail after the hub's retries, naming neither.
+
+    Raises:
+        PathNotFoundError: such a folder is missing.
+    """
+    from paco_reward.errors import PathNotFoundError
+
+    commands = recipe_build_commands(recipe)
+    if not commands:
+        return
+    plain = config.to_plain() if hasattr(config, "to_plain") else dataclasses.asdict(config)
+    for name, value in _string_values(plain):
+        if not value or Path(value).expanduser().exists():
+            continue
+        for command in commands:
+            built = [w.rstrip("/") for w in _positionals(command)]
+            if any(value.rstrip("/") == w or value.startswith(w + "/") for w in built):
+                raise PathNotFoundError(
+                    f"{name} {value!r} does not exist; recipe {str(recipe)!r} builds it with "
+                    f"its first line's `{command}`: run that first (in this folder), or give "
+                    f"--{name} an existing folder."
+                )
+
+
+def config_from_namespace(cls: type, namespace: argparse.Namespace, recipe: bool = False,
+                          recipe_values: dict[str, Any] | None = None):  # fmt: skip
+    """The config a parsed command line describes (recipe values under the flags;
+    ``recipe_values`` the recipe file's, when already read)."""
     given = {k: v for k, v in vars(namespace).items() if not k.startswith("_")}
     given.pop("verbose", None)
-    values = read_recipe(given.pop("recipe")) if recipe else {}
+    path = given.pop("recipe", None) if recipe else None
+    if recipe_values is not None:
+        values = recipe_values
+    else:  # an optional recipe left out reads as an empty one
+        values = read_recipe(path) if recipe and path is not None else {}
     positional = {f.name for f in dataclasses.fields(cls) if f.metadata.get("positional")}
     values = apply_overrides(values, {k: v for k, v in given.items() if k not in positional})
     values.update({k: given[k] for k in positional if k in given and given[k] is not None})
@@ -444,56 +699,135 @@ def config_from_namespace(cls: type, namespace: argparse.Namespace, recipe: bool
 def parse_config(cls: type, argv: Sequence[str] | None = None, *, recipe: bool = False,
                  prog: str | None = None):  # fmt: skip
     """Parse ``argv`` into a ``cls`` (argparse exits with 2 on a usage error)."""
-    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=(cls.__doc__ or "").split("\n\n")[0])
     if recipe:
-        parser.add_argument("recipe", help="YAML file of config fields; flags override it")
+        _add_recipe_argument(parser, recipe)
     add_dataclass_arguments(parser, cls, required=not recipe)
-    return config_from_namespace(cls, _parse(parser, cls, argv), recipe)
+    return config_from_namespace(cls, _parse(parser, mapping_fields(cls), argv), recipe)
 
 
 def _configure_logging(verbosity: int) -> None:
     level = logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
+    if not verbosity:  # the libraries' progress bars and expected warnings: -v shows them
+        from paco_reward.quiet import quiet_libraries
+
+        quiet_libraries()
 
 
-def run_cli(prog: str, description: str, commands: Sequence[Command],
+def _packages(commands) -> tuple[str, ...]:
+    """The top-level packages the commands' code comes from (what the argument cache's key
+    covers), ``paco_reward`` always (this dialect)."""
+    items = [commands] if callable(commands) else [c.run for c in commands]
+    return tuple(sorted({"paco_reward", *(getattr(i, "__module__", "").split(".")[0] for i in items)} - {""}))
+
+
+RECIPE_HELP = "YAML file of config fields; flags override it"
+
+
+def _add_recipe_argument(parser: argparse.ArgumentParser, recipe: bool | str) -> None:
+    if recipe == "optional":
+        parser.add_argument("recipe", nargs="?", default=None, help=RECIPE_HELP + " (optional)")
+    else:
+        parser.add_argument("recipe", help=RECIPE_HELP)
+
+
+def _check_recipe_keys(recipe: dict[str, Any], specs: list[dict], mappings: list[str]) -> None:
+    """Refuse a recipe's unknown top-level key from the command's options alone (before its
+    config class is imported); :func:`config_from_mapping` checks the sections later."""
+    names = {spec["name"].split(".")[0] for spec in specs} | {m.split(".")[0] for m in mappings}
+    unknown = sorted(set(recipe) - names - {"paco_rl_version"})
+    if unknown:
+        raise ConfigError(unknown_keys_message("recipe", unknown, sorted(names)))
+
+
+def run_cli(prog: str, description: str,
+            commands: Sequence[Command] | Callable[[], Sequence[Command]],
             argv: Sequence[str] | None = None) -> int:  # fmt: skip
     """Parse ``argv`` into one of ``commands``, run it and return the exit code.
 
     A single command is the whole program (no subcommand name); several are subcommands.
+    ``commands`` may be a function returning them, called only once a command runs (or its
+    options are not yet in the argument cache, :mod:`paco_reward.argument_cache`): ``--help``
+    and usage errors then come before any heavy import.
     """
+    from paco_reward import argument_cache
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    loaded: list[Command] = []
+
+    def live() -> list[Command]:
+        if not loaded:
+            loaded.extend(commands() if callable(commands) else commands)
+        return loaded
+
+    parser = ArgumentParser(prog=prog, description=description)
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log INFO (-vv: DEBUG); show tracebacks of errors")  # fmt: skip
-    if len(commands) == 1:
+    usage_parser = parser  # the parser whose usage a usage error shows
+    specs: list[dict] = []
+    mappings: list[str] = []
+    if not callable(commands) and len(commands) == 1:
         (command,) = commands
-        targets = {None: command}
         chosen_cls = command.resolve()
         if command.recipe:
-            parser.add_argument("recipe", help="YAML file of config fields; flags override it")
+            _add_recipe_argument(parser, command.recipe)
         add_dataclass_arguments(parser, chosen_cls, required=not command.recipe)
+        mappings = mapping_fields(chosen_cls)
+        recipe_command = command.recipe
     else:
-        sub = parser.add_subparsers(dest="_command", required=True, metavar="COMMAND")
-        targets = {command.name: command for command in commands}
+        key = argument_cache.fingerprint(_packages(commands))
+        entry = argument_cache.load_entry(prog, key)
+        listing = entry.get("commands") if callable(commands) else None
+        if not listing:
+            listing = [[c.name, c.help, c.recipe] for c in live()]
+            if callable(commands):
+                argument_cache.store_entry(prog, key, {"commands": listing})
+        sub = parser.add_subparsers(dest="_command", required=True, metavar="COMMAND",
+                                    parser_class=ArgumentParser)  # fmt: skip
         chosen = next((a for a in argv if not a.startswith("-")), None)
-        chosen_cls = targets[chosen].resolve() if chosen in targets else None
-        for command in commands:
-            p = sub.add_parser(command.name, help=command.help, description=command.help)
+        recipe_command = False
+        for name, help_text, recipe in listing:
+            help_text = plain_text(help_text)
+            p = sub.add_parser(name, help=help_text, description=help_text)
             p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                            help="log INFO (-vv: DEBUG)")  # fmt: skip
-            if command.name != chosen:  # only the chosen command's arguments are built
+            if name != chosen:  # only the chosen command's arguments are built
                 continue
-            if command.recipe:
-                p.add_argument("recipe", help="YAML file of config fields; flags override it")
-            add_dataclass_arguments(p, chosen_cls, required=not command.recipe)
-    namespace = _parse(parser, chosen_cls, argv)
+            usage_parser, recipe_command = p, recipe
+            if recipe:
+                _add_recipe_argument(p, recipe)
+            cached = entry.get("arguments", {}).get(name)
+            if cached is None:
+                cls = next(c for c in live() if c.name == name).resolve()
+                cached = {"specs": dataclass_argument_specs(cls, required=not recipe),
+                          "mappings": mapping_fields(cls)}  # fmt: skip
+                argument_cache.store_entry(prog, key, {"arguments": {name: cached}})
+            specs, mappings = cached["specs"], cached["mappings"]
+            for spec in specs:
+                add_argument_spec(p, spec)
+    namespace = _parse(parser, mappings, argv, usage_parser)
     verbosity = getattr(namespace, "verbose", 0) or 0
-    command = targets[getattr(namespace, "_command", None)]
     _configure_logging(verbosity)
+    from paco_reward.cpu_threads import configure_cpu_threads
+
+    configure_cpu_threads()  # before the command imports torch: no oversubscribed cores
     try:
-        config = config_from_namespace(command.resolve(), namespace, command.recipe)
+        recipe_values = None
+        if recipe_command and namespace.recipe is not None:  # a missing file or a mistyped key,
+            recipe_values = read_recipe(namespace.recipe)  # before the config is imported
+            if specs:
+                _check_recipe_keys(recipe_values, specs, mappings)
+        name = getattr(namespace, "_command", None)
+        command = live()[0] if name is None else next(c for c in live() if c.name == name)
+        config = config_from_namespace(command.resolve(), namespace, command.recipe,
+                                       recipe_values)  # fmt: skip
+        if command.recipe and command.reads_inputs:  # before anything loads
+            check_recipe_inputs(namespace.recipe, config)
+        from paco_reward.quiet import apply_quiet
+
+        apply_quiet()  # to what resolving the command imported
         return int(command.run(config) or 0)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

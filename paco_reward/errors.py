@@ -91,9 +91,11 @@ class UnsupportedModelError(PacoError, ValueError):
 
 
 class VisionAttentionError(UnsupportedModelError):
-    """A vision tower or vision attention module has not the shape the scorer's one-call-per-
-    window-length attention was written for (the Qwen-VL families of the transformers range
-    ``setup.cfg`` pins). The message names the class and what differs."""
+    """A vision tower the Qwen-VL scorer does not know (checked from the config, before the
+    weights load), or, with ``vision_attention="grouped"``, a vision attention module whose
+    forward is not the code the one-call-per-window-length attention was checked against
+    (another transformers release, a subclass, a patch, a hook). The message names the class,
+    the transformers version and what differs."""
 
 
 class WeightsMismatchError(PacoError, ValueError):
@@ -143,11 +145,15 @@ class RewardServerError(PacoError, ConnectionError):
 class TransientError(PacoError, ConnectionError):
     """A failure worth retrying (a connection error, a timeout, HTTP 408/429/5xx); the retry
     policy (``paco_reward.retry``) retries it and, once retries are spent, the client raises
-    :class:`RewardServerError`. ``retry_after`` is the server's hint in seconds."""
+    :class:`RewardServerError`. ``retry_after`` is the server's hint in seconds; ``advice``,
+    when known, what fixes the cause (the client's error says it instead of "retry longer")."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, advice: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.advice = advice
 
 
 class LogprobTokenIdsIgnoredError(PacoError, RuntimeError):
@@ -168,6 +174,13 @@ class LaunchError(PacoError, RuntimeError):
     """The processes of a launch do not form the one job the trainer expects (a launcher's
     ``WORLD_SIZE`` that accelerate does not run as one job), or a process has no device of
     its own (``LOCAL_RANK`` beyond the GPUs it sees)."""
+
+
+class OutputDirInUseError(PacoError, FileExistsError):
+    """A run's output folder (or a pipeline's work folder) holds another run's checkpoints or
+    metrics: training into it would rotate that run's checkpoints away, resume the wrong run
+    and mix both runs' metrics. The message names the folder and the fixes: resume it
+    (``resume_from_checkpoint``), overwrite it (``overwrite_output_dir``), or another folder."""
 
 
 class PlanError(PacoError, RuntimeError):

@@ -19,19 +19,24 @@ shape, and the model takes them precomputed (transformers 5.19+ accepts every on
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from paco_reward.devices import host_to_device
 from paco_reward.errors import PromptError, VisionAttentionError
+from paco_reward.lru import LRUCache
 from paco_reward.modeling import vision_tower
 from paco_reward.vision_attention import CHECKED_TRANSFORMERS
 
-__all__ = ["PromptRows", "VisionGridInputs", "causal_padding_mask", "padding_mask"]
+__all__ = [
+    "PromptRows",
+    "VisionGridInputs",
+    "causal_padding_mask",
+    "knows_vision_tower",
+    "padding_mask",
+]
 
 Grid = tuple[int, int, int]
 # Vision towers whose forward reads the precomputed inputs below, and which besides the rotary
@@ -44,24 +49,15 @@ _TOWER_INPUTS = {
 }
 
 
-class _Cache:
-    """A small least-recently-used cache: ``get(key, make)``, safe for concurrent callers (a
-    backend scored from two threads)."""
+def knows_vision_tower(name: str) -> bool:
+    """Whether :class:`VisionGridInputs` precomputes the inputs of the vision tower class
+    ``name`` (the Qwen-VL towers).
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            value = self._items[key] = make()
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
-            return value
+    Example:
+        >>> knows_vision_tower("Qwen2_5_VisionTransformerPretrainedModel"), knows_vision_tower("Glm4vVisionModel")
+        (True, False)
+    """
+    return name in _TOWER_INPUTS
 
 
 class VisionGridInputs:
@@ -78,8 +74,6 @@ class VisionGridInputs:
     """
 
     def __init__(self, model, device: torch.device, cache_size: int = 64) -> None:
-        from transformers.utils.generic import is_flash_attention_requested
-
         visual = vision_tower(model)
         kind = type(visual).__name__
         if kind not in _TOWER_INPUTS:
@@ -91,14 +85,24 @@ class VisionGridInputs:
         self.visual = visual
         self.extras = _TOWER_INPUTS[kind]
         self.device = device
-        self.boundaries_device = device if is_flash_attention_requested(visual.config) else None
-        self._cache = _Cache(cache_size)
+        self._cache = LRUCache(cache_size)
+
+    @property
+    def boundaries_device(self) -> torch.device | None:
+        """Where the attention boundaries go, read at each call (the attention implementation
+        can change after loading): the device for flash-attention's kernels, else ``None``
+        (the host)."""
+        from transformers.utils.generic import is_flash_attention_requested
+
+        return self.device if is_flash_attention_requested(self.visual.config) else None
 
     def __call__(self, grids: Sequence[Grid]) -> dict[str, Any]:
-        key = tuple(tuple(int(v) for v in g) for g in grids)
-        return self._cache.get(key, lambda: self._compute(key))
+        key = (tuple(tuple(int(v) for v in g) for g in grids), self.boundaries_device)
+        return self._cache.get(key, lambda: self._compute(*key))
 
-    def _compute(self, grids: tuple[Grid, ...]) -> dict[str, Any]:
+    def _compute(
+        self, grids: tuple[Grid, ...], boundaries_device: torch.device | None
+    ) -> dict[str, Any]:
         from transformers.vision_utils import (
             get_vision_attention_seqlens,
             get_vision_interpolation_indices_and_weights,
@@ -137,7 +141,7 @@ class VisionGridInputs:
             if not isinstance(value, torch.Tensor):
                 continue
             boundary = name.startswith("image_cu_")
-            target = self.boundaries_device if boundary else self.device
+            target = boundaries_device if boundary else self.device
             if target is not None:
                 inputs[name] = host_to_device(value, target)
         return inputs
@@ -172,7 +176,7 @@ class PromptRows:
         self.prompt_ids = prompt_ids
         self.image_token_id = image_token_id
         self.merge_length = merge_length
-        self._cache = _Cache(cache_size)
+        self._cache = LRUCache(cache_size)
 
     def __call__(self, instruction: str, grids: Sequence[Grid]) -> tuple[list[int], torch.Tensor]:
         key = (instruction, tuple(tuple(int(v) for v in g) for g in grids))

@@ -196,13 +196,40 @@ def check_source(path_or_id: str | Path, what: str = "model") -> str:
     source = str(path_or_id)
     if os.path.exists(source):
         return source
+    where = os.path.abspath(os.path.expanduser(source))
+    shown = repr(source) if where == source else f"{source!r} ({where})"
     try:
         validate_repo_id(source)
     except HFValidationError:
-        where = os.path.abspath(os.path.expanduser(source))
-        shown = repr(source) if where == source else f"{source!r} ({where})"
         raise PathNotFoundError(
             f"No {what} folder exists at {shown}, and {source!r} is not a hub id either (hub "
             "ids are 'name' or 'org/name'). Give the path of an existing folder, or a hub id."
         ) from None
+    parent = os.path.dirname(source)
+    if parent and os.path.isdir(parent) and not _in_hub_cache(source):
+        # 'runs/tiny_cpux' with a local runs/ is a mistyped folder, not a hub repo: say so
+        # now rather than after the hub client's retries (the hub's answer names no path)
+        from difflib import get_close_matches
+
+        name = os.path.basename(source)
+        close = get_close_matches(name, sorted(os.listdir(parent)), n=3, cutoff=0.6)
+        hint = (
+            " (did you mean " + " or ".join(repr(os.path.join(parent, c)) for c in close) + "?)"
+            if close
+            else ""
+        )
+        raise PathNotFoundError(
+            f"No {what} folder exists at {shown}{hint}. {parent!r} is a folder here, so this "
+            f"is taken for a local path, not the hub repo {source!r}. Give the path of an "
+            "existing folder (to load that hub repo, run from a folder without "
+            f"{parent!r})."
+        )
     return source
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds a repository named ``repo_id``."""
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    folder = "--".join(["models", *repo_id.split("/")])
+    return os.path.isdir(os.path.join(HF_HUB_CACHE, folder))

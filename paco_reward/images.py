@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ ImageInput = Image.Image | str | os.PathLike | np.ndarray | Any
 # Qwen2.5-VL defaults (qwen-vl-utils): 4 to 16384 vision tokens of 28x28 pixels.
 QWEN_MIN_PIXELS = 4 * 28 * 28
 QWEN_MAX_PIXELS = 16384 * 28 * 28
+# The repr of an in-memory file PIL writes into its errors, meaningless to a user.
+_BUFFER_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-fA-F]+>")
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -76,6 +79,20 @@ def _array_to_pil(array: np.ndarray, name: str, channels_first: bool) -> Image.I
     return Image.fromarray(np.ascontiguousarray(array))
 
 
+def decode_failure(err: BaseException) -> str:
+    """Why PIL could not decode an image, without the in-memory buffer's repr PIL puts in its
+    message ("cannot identify image file <_io.BytesIO object at 0x...>"): the caller names
+    the input instead.
+
+    Example:
+        >>> decode_failure(UnidentifiedImageError("cannot identify image file <_io.BytesIO object at 0x7f>"))
+        'not an image format PIL can read (PNG, JPEG, WebP, ...)'
+    """
+    if isinstance(err, UnidentifiedImageError):
+        return "not an image format PIL can read (PNG, JPEG, WebP, ...)"
+    return _BUFFER_REPR.sub("the data", str(err)) or type(err).__name__
+
+
 def load_image(image: ImageInput, name: str = "image") -> Image.Image:
     """Return ``image`` as an RGB PIL image, or raise :class:`InvalidImageError` naming it.
 
@@ -98,7 +115,8 @@ def load_image(image: ImageInput, name: str = "image") -> Image.Image:
                 loaded = opened.copy()
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
             raise InvalidImageError(
-                f"{name}: cannot decode image file {str(path)!r} ({err})."
+                f"{name}: {str(path)!r} is not a readable image ({decode_failure(err)}); give "
+                "a PNG, JPEG or WebP file, or check the path."
             ) from None
         return load_image(loaded, name)
     if isinstance(image, (bytes, bytearray)):
@@ -107,7 +125,9 @@ def load_image(image: ImageInput, name: str = "image") -> Image.Image:
                 opened.load()
                 loaded = opened.copy()
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-            raise InvalidImageError(f"{name}: bytes are not a decodable image ({err}).") from None
+            raise InvalidImageError(
+                f"{name}: its bytes are not a decodable image ({decode_failure(err)})."
+            ) from None
         return load_image(loaded, name)
     if isinstance(image, np.ndarray):
         return load_image(_array_to_pil(image, name, channels_first=False), name)
@@ -262,6 +282,22 @@ def resize_for_model(
     if (width, height) == image.size:
         return image
     return image.resize((width, height))
+
+
+def resize_as_requested(image: Image.Image, height: int, width: int, factor: int = 28) -> Image.Image:
+    """``image`` resized as ``qwen_vl_utils.fetch_image`` does for a message that asks for
+    ``resized_height`` / ``resized_width``: both rounded to multiples of ``factor``
+    (``smart_resize``), then PIL's default filter. T2IS-Bench's released evaluation asks for
+    512 x 512, so its judge sees 504 x 504.
+
+    Example:
+        >>> resize_as_requested(Image.new("RGB", (16, 16)), 512, 512).size
+        (504, 504)
+    """
+    from qwen_vl_utils.vision_process import smart_resize
+
+    height, width = smart_resize(height, width, factor=factor)
+    return image if image.size == (width, height) else image.resize((width, height))
 
 
 def image_hash(image: Image.Image) -> str:

@@ -10,7 +10,8 @@ the model works on the previous chunk:
    are repeated again on the device), pinned on a GPU. The tower's grid-derived inputs
    (rotary positions, window order, attention boundaries) come precomputed from the host
    (:class:`~paco_reward.host_inputs.VisionGridInputs`) and its window attention makes one
-   call per distinct window length (:mod:`paco_reward.vision_attention`);
+   call per distinct window length where its forward is the one that was checked
+   (:mod:`paco_reward.vision_attention`; else transformers' own forward, the same scores);
 2. **language model**: each pair's prompt is rendered with the model's own chat template
    (once per distinct instruction), its image placeholders expanded to the image's token
    count, its 3-D rope positions computed on the host once per (instruction, image sizes)
@@ -40,8 +41,17 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import host_to_device, pin_for
-from paco_reward.host_inputs import PromptRows, VisionGridInputs, causal_padding_mask, padding_mask
+from paco_reward.errors import VisionAttentionError
+from paco_reward.host_inputs import (
+    PromptRows,
+    VisionGridInputs,
+    causal_padding_mask,
+    knows_vision_tower,
+    padding_mask,
+)
 from paco_reward.images import ImagePolicy
+from paco_reward.judges import judge_spec_for_config
+from paco_reward.lru import PER_INSTRUCTION_CACHE_SIZE, LRUCache
 from paco_reward.modeling import (
     ImageFeatures,
     check_qwen_vl_processor,
@@ -50,7 +60,11 @@ from paco_reward.modeling import (
     vision_tower,
 )
 from paco_reward.templates import build_messages
-from paco_reward.transformers_backend import PairRequest, TransformersBackend
+from paco_reward.transformers_backend import (
+    PairRequest,
+    TransformersBackend,
+    used_images_and_requests,
+)
 from paco_reward.vision_attention import group_vision_attention
 
 logger = logging.getLogger(__name__)
@@ -110,20 +124,28 @@ class LocalBackend(TransformersBackend):
         batch_size: pairs per language-model forward.
         vision_batch_size: images per vision-tower pass (default
             :data:`DEFAULT_VISION_BATCH_SIZE`).
-        canonical_yes_no / min_pixels / max_pixels / name: as in
+        canonical_yes_no / min_pixels / max_pixels / name / vision_attention: as in
             :meth:`paco_reward.PacoReward.from_pretrained`.
 
     Attributes:
+        grouped_vision_attention: whether the vision attention attends in one call per
+            window length (:func:`~paco_reward.vision_attention.group_vision_attention`),
+            rather than by transformers' own forward.
         stage_timer: a :class:`~paco_reward.stage_timer.StageTimer` to time the stages into
             (``preprocess``, ``vision``, ``llm``), or ``None`` (the default).
+        share_prefixes: a pair of images asked several questions in one call runs its
+            common prompt prefix once (:meth:`first_token_outputs`); ``False`` runs every
+            question as its own row (the same scores, to float rounding).
 
     Raises:
         UnsupportedModelError: the processor has no Qwen-VL image processing.
-        VisionAttentionError: the model's vision tower or attention is not of the shape the
-            scorer's precomputed inputs and grouped window attention were written for.
+        VisionAttentionError: the model's vision tower is not one whose inputs the scorer
+            precomputes, or (``vision_attention="grouped"``) its attention not the one the
+            grouped window attention was checked against; the model is left unchanged.
     """
 
     default_vision_batch_size = DEFAULT_VISION_BATCH_SIZE
+    share_prefixes = True
 
     def __init__(
         self,
@@ -136,6 +158,7 @@ class LocalBackend(TransformersBackend):
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         name: str = "local",
+        vision_attention: str = "auto",
     ) -> None:
         self.check_processor(processor, name)
         super().__init__(
@@ -149,20 +172,41 @@ class LocalBackend(TransformersBackend):
         self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         self.merge_length = processor.image_processor.merge_size**2
         self.image_token_id = processor.image_token_id
-        self._prompt_ids: dict[str, list[int]] = {}
-        group_vision_attention(self.model)
+        self._prompt_ids: LRUCache[list[int]] = LRUCache(PER_INSTRUCTION_CACHE_SIZE)
         visual = vision_tower(self.model)
         self.vision_device = next(visual.parameters()).device
         self.vision_dtype = visual.dtype
         self.patch_embed = visual.patch_embed
+        # checks the tower before the attention is patched: a refused model is left as it was
         self.vision_inputs = VisionGridInputs(self.model, self.vision_device)
+        self.grouped_vision_attention = group_vision_attention(self.model, vision_attention) > 0
         self.rows = PromptRows(self.model, self.prompt_ids, self.image_token_id, self.merge_length)
-        text_config = getattr(self.model.config, "text_config", self.model.config)
-        self.text_attention = text_config._attn_implementation
+
+    @classmethod
+    def check_config(cls, config, source: str | Path) -> None:
+        """Raise :class:`~paco_reward.errors.VisionAttentionError` unless ``config`` names a
+        family whose vision tower this scorer knows (:mod:`paco_reward.judges`)."""
+        spec = judge_spec_for_config(config)
+        if spec is None or not knows_vision_tower(spec.vision_tower):
+            model_type = getattr(config, "model_type", None)
+            tower = spec.vision_tower if spec else "a family the judge registry does not name"
+            raise VisionAttentionError(
+                f"{str(source)!r} is a {model_type!r} model, whose vision tower ({tower}) is not "
+                "one whose inputs LocalBackend precomputes (the Qwen-VL families'). Score it "
+                "through PacoReward.from_pretrained (its ProcessorBackend)."
+            )
 
     @classmethod
     def check_processor(cls, processor, source: str | Path) -> None:
         check_qwen_vl_processor(processor, source)
+
+    @property
+    def text_attention(self) -> str:
+        """The language model's attention implementation, read at each call: a
+        ``model.set_attn_implementation(...)`` after construction changes the mask it needs
+        (eager adds a 4-D mask to its scores, where sdpa reads a boolean one)."""
+        config = self.model.config
+        return getattr(config, "text_config", config)._attn_implementation
 
     # ------------------------------------------------------------------ vision
     def preprocess_images(self, images: Sequence[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,9 +263,12 @@ class LocalBackend(TransformersBackend):
     def prompt_ids(self, instruction: str) -> list[int]:
         """Token ids of the rendered chat prompt for a pair, with one image placeholder per
         image (cached per instruction: the text does not depend on the images)."""
-        if instruction not in self._prompt_ids:
-            self._prompt_ids[instruction] = render_prompt_ids(self.processor, instruction)
-        return self._prompt_ids[instruction]
+
+        def render() -> list[int]:
+            with self._processor_lock:  # the tokenizer, from the worker or a caller
+                return render_prompt_ids(self.processor, instruction)
+
+        return self._prompt_ids.get(instruction, render)
 
     def _pair_rows(
         self, pairs: Sequence[PairRequest], grids: Sequence[Grid]
@@ -327,6 +374,121 @@ class LocalBackend(TransformersBackend):
         chunk = self._text_chunk(self._pair_rows(pairs, grid_list), occurrences)
         return self._chunk_logits(chunk, features)
 
+    # ------------------------------------------------------------------ shared prefixes
+    @torch.inference_mode()
+    def first_token_outputs(
+        self,
+        images: Sequence[Image.Image],
+        pairs: Sequence[PairRequest],
+        reduce: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """As :meth:`TransformersBackend.first_token_outputs`; when a pair of images is asked
+        several questions (T2IS-Bench: every criterion of a case), the prompt up to where the
+        questions differ (the chat header and both images' tokens, nearly all of it) runs
+        once per pair and each question continues from its key/value cache
+        (:meth:`_shared_prefix_logits`)."""
+        if not self.share_prefixes or not _repeats_a_pair(pairs) or self.text_attention != "sdpa":
+            return super().first_token_outputs(images, pairs, reduce)
+        with self._serving():
+            used_images, requests = used_images_and_requests(images, pairs)
+            features, grids = self.encode_images(used_images)
+            if set(features[0].fields) != {"pooler_output"}:  # DeepStack: one forward per row
+                rows = self._pair_rows(requests, [tuple(g) for g in grids.tolist()])
+                return self._in_length_order(
+                    [len(ids) for ids, _ in rows],
+                    lambda chunk: self._text_chunk([rows[k] for k in chunk],
+                                                   [i for k in chunk for i in requests[k][:2]]),
+                    lambda chunk: reduce(self._chunk_logits(chunk, features)),
+                )  # fmt: skip
+            rows = self._pair_rows(requests, [tuple(g) for g in grids.tolist()])
+            groups: dict[tuple[int, int], list[int]] = {}
+            for k, (a, b, _) in enumerate(requests):
+                groups.setdefault((a, b), []).append(k)
+            # chunks of up to batch_size pairs, their questions at most 4 x batch_size rows
+            chunks, current, size = [], [], 0
+            for members in groups.values():
+                if current and (len(current) == self.batch_size or size + len(members) > 4 * self.batch_size):
+                    chunks.append(current)
+                    current, size = [], 0
+                current.append(members)
+                size += len(members)
+            chunks.append(current)
+            order, outputs = [], []
+            for chunk in chunks:
+                outputs.append(reduce(self._shared_prefix_logits(chunk, rows, requests, features)))
+                order += [k for members in chunk for k in members]
+            sorted_results = torch.cat(outputs).cpu()
+            results = torch.empty_like(sorted_results)
+            results[torch.tensor(order, dtype=torch.long)] = sorted_results
+            return results
+
+    def _shared_prefix_logits(
+        self,
+        chunk: list[list[int]],
+        rows: Sequence[tuple[list[int], torch.Tensor]],
+        requests: Sequence[PairRequest],
+        features: Sequence[ImageFeatures],
+    ) -> torch.Tensor:
+        """Last-position logits ``[rows, vocab]`` of a chunk of pairs' questions (each list
+        in ``chunk``: the requests of one image pair): the pairs' common prefixes in one
+        left-padded forward that keeps its cache, then every question's own tokens in one
+        right-padded forward on that cache, repeated for each of its pair's questions."""
+        with self._device_stage("llm"):
+            device = self.device
+            prefixes, suffixes, owners = [], [], []
+            for g, members in enumerate(chunk):
+                ids = [rows[k][0] for k in members]
+                shared = min(len(x) for x in ids) - 1  # each question keeps one token at least
+                for n in range(shared):
+                    if any(x[n] != ids[0][n] for x in ids[1:]):
+                        shared = n
+                        break
+                prefixes.append((ids[0][:shared], rows[members[0]][1][:, :shared]))
+                for k in members:
+                    suffixes.append((rows[k][0][shared:], rows[k][1][:, shared:]))
+                    owners.append(g)
+            # the prefix: left-padded as a scoring chunk, image features scattered, cache kept
+            input_ids, positions, padding = self._left_padded(prefixes)
+            input_ids = input_ids.to(device)
+            embeds = self.model.get_input_embeddings()(input_ids)
+            image_embeds = torch.cat([features[i].fields["pooler_output"]
+                                      for members in chunk for i in requests[members[0]][:2]])  # fmt: skip
+            placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
+            embeds = embeds.masked_scatter(placeholders, image_embeds.to(embeds.device, embeds.dtype))
+            width = input_ids.shape[1]
+            padded = bool(padding.any())  # a host tensor: no device read-back
+            padding = padding.to(device)
+            # pairs of images of one size (T2IS-Bench's sub-images) have prefixes of one length:
+            # no padding, no mask, the causal kernel
+            mask = causal_padding_mask(padding, width) if padded else None
+            out = self.model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions.to(device),
+                             logits_to_keep=1, use_cache=True)  # fmt: skip
+            cache = out.past_key_values
+            owner = torch.tensor(owners, dtype=torch.long, device=device)
+            cache.reorder_cache(owner)  # each pair's cache once per question of it
+            # the questions: right-padded (a pad after the last token changes nothing before it)
+            lengths = [len(ids) for ids, _ in suffixes]
+            tail = max(lengths)
+            suffix_ids = torch.full((len(suffixes), tail), self.pad_token_id, dtype=torch.long)
+            suffix_positions = torch.zeros((3, len(suffixes), tail), dtype=torch.long)
+            for r, (ids, pos) in enumerate(suffixes):
+                suffix_ids[r, : len(ids)] = torch.tensor(ids)
+                suffix_positions[:, r, : len(ids)] = pos
+                suffix_positions[:, r, len(ids):] = pos[:, -1:]
+            prefix_keys = padding_mask(padding, width)[owner]  # [rows, width]
+            causal = torch.ones(tail, tail, dtype=torch.bool, device=device).tril()
+            mask = torch.cat([prefix_keys[:, None, None, :].expand(-1, 1, tail, width),
+                              causal[None, None].expand(len(suffixes), 1, tail, tail)], dim=-1)  # fmt: skip
+            out = self.model(
+                input_ids=suffix_ids.to(device),
+                attention_mask=mask,
+                position_ids=suffix_positions.to(device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            last = torch.tensor([n - 1 for n in lengths], device=device)
+            return out.logits[torch.arange(len(suffixes), device=device), last]
+
     def _text_chunks(
         self, images: Sequence[Image.Image], requests: Sequence[PairRequest]
     ) -> tuple[list[ImageFeatures], list[int], Callable[[list[int]], _TextChunk]]:
@@ -347,6 +509,16 @@ class LocalBackend(TransformersBackend):
         inputs = self.build_inputs([(0, 1, instruction)], grid_thw)
         inputs["pixel_values"] = pixel_values.to(self.model.dtype)
         return {name: value.to(self.device) for name, value in inputs.items()}
+
+
+def _repeats_a_pair(pairs: Sequence[PairRequest]) -> bool:
+    """Whether some image pair is asked more than one question."""
+    seen = set()
+    for a, b, _ in pairs:
+        if (a, b) in seen:
+            return True
+        seen.add((a, b))
+    return False
 
 
 @dataclass

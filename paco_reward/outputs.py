@@ -14,7 +14,7 @@ class SetScore:
     Attributes:
         matrix: n x n, symmetric; ``matrix[i, j]`` is the score of pair (i, j) (averaged over
             both orders when scored symmetrically); the diagonal is NaN.
-        mean: mean over the n(n-1)/2 unordered pairs (NaN for a single image).
+        mean: mean over the n(n-1)/2 unordered pairs (n >= 2: ``score_set`` refuses fewer).
         pairs: the unordered pairs (i < j) in scoring order.
         scores: their scores, aligned with ``pairs``.
     """

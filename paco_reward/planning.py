@@ -61,7 +61,7 @@ def dtype_bytes(dtype: str | torch.dtype) -> int:
 class Component:
     """One thing a process holds: ``parameters`` elements of ``dtype`` (``bytes`` derived
     unless given, for activations), a ``kind`` (``"frozen"``, ``"trained"``, ``"activations"``,
-    ``"reward"``) and a ``note`` saying how it was counted."""
+    ``"inputs"``, ``"reward"``) and a ``note`` saying how it was counted."""
 
     name: str
     parameters: int

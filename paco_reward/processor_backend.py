@@ -47,8 +47,10 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import host_to_device, pin_for
+from paco_reward.errors import VisionAttentionError
 from paco_reward.images import model_image_policy
 from paco_reward.local_backend import render_prompt_text
+from paco_reward.lru import PER_INSTRUCTION_CACHE_SIZE, LRUCache
 from paco_reward.modeling import ImageFeatures, image_features, join_image_features
 from paco_reward.transformers_backend import PairRequest, TransformersBackend
 
@@ -113,8 +115,8 @@ class ProcessorBackend(TransformersBackend):
             and "mm_encoder_outputs" in forward
             and hasattr(self.model, "get_image_features")
         )
-        self._prompts: dict[str, str] = {}
-        self._prompt_rows: dict[str, dict[str, list[int]]] = {}
+        self._prompts: LRUCache[str] = LRUCache(PER_INSTRUCTION_CACHE_SIZE)
+        self._prompt_rows: LRUCache[dict[str, list[int]]] = LRUCache(PER_INSTRUCTION_CACHE_SIZE)
 
     @classmethod
     def check_processor(cls, processor, source: str | Path) -> None:
@@ -122,47 +124,60 @@ class ProcessorBackend(TransformersBackend):
 
     @classmethod
     def _backend_kwargs(cls, processor, **kwargs: Any) -> dict[str, Any]:
-        """Refuses a pixel budget (the processor has none) before the weights load."""
+        """Refuses a pixel budget (the processor has none) and ``vision_attention="grouped"``
+        (the grouped attention is the Qwen-VL towers') before the weights load."""
         model_image_policy(processor, kwargs.pop("min_pixels"), kwargs.pop("max_pixels"))
+        if kwargs.pop("vision_attention", "auto") == "grouped":
+            raise VisionAttentionError(
+                f"vision_attention='grouped' is the Qwen-VL vision towers' window attention; "
+                f"{type(processor).__name__}'s model scores through ProcessorBackend with its "
+                "own vision attention. Leave vision_attention at 'auto' (or 'stock')."
+            )
         return kwargs
 
     # ------------------------------------------------------------------ prompts
     def prompt_text(self, instruction: str) -> str:
         """The rendered chat prompt of a pair, one image placeholder per image (cached per
         instruction: the text does not depend on the images)."""
-        if instruction not in self._prompts:
-            self._prompts[instruction] = render_prompt_text(self.processor, instruction)
-        return self._prompts[instruction]
+
+        def render() -> str:
+            with self._processor_lock:
+                return render_prompt_text(self.processor, instruction)
+
+        return self._prompts.get(instruction, render)
 
     def processor_inputs(
         self, texts: Sequence[str], images: Sequence[Sequence[Image.Image]]
     ) -> dict[str, torch.Tensor]:
         """``processor(text, images)`` of a batch: the prompts (their own special tokens: the
         chat template writes them), left-padded, as host tensors."""
-        return dict(
-            self.processor(
-                text=list(texts),
-                images=[list(group) for group in images],
-                padding=True,
-                padding_side="left",
-                add_special_tokens=False,
-                return_tensors="pt",
+        with self._processor_lock:  # the worker and a caller may both be here
+            return dict(
+                self.processor(
+                    text=list(texts),
+                    images=[list(group) for group in images],
+                    padding=True,
+                    padding_side="left",
+                    add_special_tokens=False,
+                    return_tensors="pt",
+                )
             )
-        )
 
     def _rows(self, instruction: str, images: Sequence[Image.Image]) -> dict[str, list[int]]:
         """The token-level inputs of one pair's prompt (``input_ids``, ``attention_mask`` and
         the family's image-token types), expanded by the processor once per instruction (with
         the vision reuse every image has the same token block)."""
-        if instruction not in self._prompt_rows:
+
+        def make() -> dict[str, list[int]]:
             out = self.processor_inputs([self.prompt_text(instruction)], [images])
             width = out["input_ids"].shape
-            self._prompt_rows[instruction] = {
+            return {
                 key: value[0].tolist()
                 for key, value in out.items()
                 if isinstance(value, torch.Tensor) and value.shape == width
             }
-        return self._prompt_rows[instruction]
+
+        return self._prompt_rows.get(instruction, make)
 
     def _left_padded(self, rows: Sequence[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         """The rows as one left-padded batch: ``input_ids`` padded with the pad id, the other
@@ -202,7 +217,8 @@ class ProcessorBackend(TransformersBackend):
         when it gives other than one ``pixel_values`` row per image, or another image input
         the model reads (crops, tiles, image sizes): then the features cannot be reused."""
         with self._host_stage("preprocess"):
-            out = self.processor(images=list(images), return_tensors="pt")
+            with self._processor_lock:
+                out = self.processor(images=list(images), return_tensors="pt")
             text = out["input_ids"].shape if "input_ids" in out else None
             read = {
                 key

@@ -50,7 +50,6 @@ import math
 import ssl
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -63,6 +62,7 @@ from PIL import Image
 from paco_reward.errors import InputError, LogprobTokenIdsIgnoredError, RewardServerError
 from paco_reward.images import ImagePolicy, image_hash, model_image_policy
 from paco_reward.local_backend import PairRequest
+from paco_reward.lru import LRUCache
 from paco_reward.retry import RETRY_STATUS, RetryPolicy, TransientError, retry_after_seconds
 from paco_reward.templates import build_messages
 from paco_reward.yes_no import YesNoTokens, yes_no_words, yes_probability_from_logprobs
@@ -73,36 +73,22 @@ logger = logging.getLogger(__name__)
 IMAGE_FORMATS = ("png", "jpeg")
 
 
-class _ScoreCache:
-    """A thread-safe LRU map ``key -> score`` with hit/miss counters (size 0 disables it)."""
+# The gateway's codes for an upstream that does not answer (``paco_reward.server.gateway``):
+# the fix is that upstream's server, not a longer wait here.
+_UPSTREAM_DOWN_CODES = frozenset({"upstream_unreachable", "upstream_timeout", "upstream_error"})
+_UPSTREAM_DOWN_ADVICE = (
+    "The gateway answers but the server behind it for this model does not: start or fix that "
+    "upstream (the gateway's /health, with its key, lists each upstream's state); more "
+    "retries or a longer timeout here do not help."
+)
 
-    def __init__(self, max_size: int) -> None:
-        self.max_size = max_size
-        self.hits = 0
-        self.misses = 0
-        self._data: OrderedDict[tuple, float] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def get(self, key: tuple) -> float | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
-            return None
-
-    def put(self, key: tuple, value: float) -> None:
-        if self.max_size <= 0 or not math.isfinite(value):
-            return  # failed scores are never cached
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_size:
-                self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
+def _error_code(response: httpx.Response) -> str | None:
+    """The OpenAI error body's ``code``, or ``None``."""
+    try:
+        return response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class _Replica:
@@ -218,7 +204,7 @@ class RemoteBackend:
         self.top_logprobs = top_logprobs
         self.image_format = image_format
         self.canonical_yes_no = canonical_yes_no
-        self.cache = _ScoreCache(cache_size)
+        self.cache: LRUCache[float] = LRUCache(max(0, cache_size))
         self.missing_yes_no = 0  # pairs scored NaN because no yes/no token was returned
         self.requests_sent = 0
         self.retries_done = 0
@@ -261,9 +247,15 @@ class RemoteBackend:
         """GET /models; fail fast when the server does not serve ``self.model``. With
         replicas: one must answer (with retries), each other is asked once and left out
         (marked down, with a warning) if it does not answer."""
-        first = self._with_retries_sync(lambda: self._send_sync("GET", "/models", None), "/models")
+        # A gateway lists a model whose upstream is down marked so: transient (it may come
+        # back), retried with the rest, and the error says which upstream and why.
+        entry = self._with_retries_sync(
+            lambda: self._model_entry(
+                self._send_sync("GET", "/models", None), self._replica_of_last_answer
+            ),
+            "/models",
+        )
         answered = self._replica_of_last_answer
-        entry = self._model_entry(first, answered)
         for replica in self._replicas:
             if replica is answered:
                 continue
@@ -292,6 +284,13 @@ class RemoteBackend:
                 f"The reward server at {replica.url} does not serve model {self.model!r}; it "
                 f"serves {sorted(entries)}. Pass model= one of those (or start the server with "
                 "the model you meant)."
+            )
+        down = entries[self.model].get("paco_gateway")
+        if isinstance(down, dict) and down.get("status") == "down":
+            raise TransientError(
+                f"the gateway at {replica.url} lists {self.model!r} but its upstream does not "
+                f"answer ({down.get('code')}: {down.get('message')})",
+                advice=_UPSTREAM_DOWN_ADVICE,
             )
         return entries[self.model]
 
@@ -393,13 +392,7 @@ class RemoteBackend:
 
     def cache_info(self) -> dict[str, int]:
         """Cache and failure counters: hits, misses, size, max_size, missing_yes_no."""
-        return {
-            "hits": self.cache.hits,
-            "misses": self.cache.misses,
-            "size": len(self.cache),
-            "max_size": self.cache.max_size,
-            "missing_yes_no": self.missing_yes_no,
-        }
+        return {**self.cache.info(), "missing_yes_no": self.missing_yes_no}
 
     def replica_info(self) -> list[dict]:
         """Per replica: ``url``, requests ``sent``, transport ``failures`` and whether it is
@@ -499,8 +492,20 @@ class RemoteBackend:
         except (ValueError, KeyError, TypeError):
             detail = response.text[:300]
         if status in RETRY_STATUS:
+            code = _error_code(response)
             raise TransientError(
-                f"HTTP {status}: {detail}", retry_after=retry_after_seconds(response.headers)
+                f"HTTP {status}: {detail}",
+                retry_after=retry_after_seconds(response.headers),
+                advice=_UPSTREAM_DOWN_ADVICE if code in _UPSTREAM_DOWN_CODES else None,
+            )
+        without_v1 = [r.url for r in self._replicas if not r.url.endswith("/v1")]
+        if status == 404 and without_v1 and "model" not in detail.lower():
+            # The usual mistake: the server's root instead of its API root (a bare 404).
+            raise RewardServerError(
+                f"The reward server answered {path} with HTTP 404 ({detail}) at "
+                f"{response.url}: base_url {without_v1[0]!r} does not end in /v1; add /v1 "
+                f"(base_url={without_v1[0] + '/v1'!r}: the API root of paco-reward serve "
+                "and vLLM)."
             )
         if status == 404 and "model" in detail.lower():
             raise RewardServerError(
@@ -605,10 +610,12 @@ class RemoteBackend:
         raise TransientError("; ".join(errors))
 
     def _exhausted(self, what: str, err: TransientError) -> RewardServerError:
+        advice = err.advice or (
+            "Check that the server is running and reachable, or raise retries=/timeout=."
+        )
         return RewardServerError(
             f"The reward server at {self._where} (model {self.model!r}) failed {what} after "
-            f"{self.retries + 1} attempts: {err}. Check that the server is running and reachable, "
-            "or raise retries=/timeout=."
+            f"{self.retries + 1} attempts: {err}. {advice}"
         )
 
     def _on_retry(self, what: str):
@@ -657,7 +664,7 @@ class RemoteBackend:
             if key in todo:
                 todo[key][0].append(position)
                 continue
-            cached = self.cache.get(key)
+            cached = self.cache.lookup(key)
             if cached is not None:
                 scores[position] = cached
                 continue
@@ -690,7 +697,8 @@ class RemoteBackend:
             for future in as_completed([pool.submit(one, item) for item in todo]):
                 positions, key, score = future.result()
                 scores[positions] = score
-                self.cache.put(key, score)
+                if math.isfinite(score):  # failed scores are never cached
+                    self.cache.put(key, score)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # on failure, queued pairs are dropped
         return scores
@@ -714,7 +722,8 @@ class RemoteBackend:
                     body = await self._with_retries_async(client, payload, f"pair {positions[0]}")
                 score = self._score_from_response(body, pairs[positions[0]])
                 scores[positions] = score
-                self.cache.put(key, score)
+                if math.isfinite(score):  # failed scores are never cached
+                    self.cache.put(key, score)
 
             tasks = [asyncio.ensure_future(one(*item)) for item in todo]
             try:

@@ -119,6 +119,28 @@ class PacoReward:
         self.template = get_template(template)
         self.symmetric = symmetric
 
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release what the backend holds besides memory: an in-process backend's
+        preprocessing thread, a remote backend's connections, a vLLM engine's processes.
+        Do not score after it (an in-process backend raises
+        :class:`~paco_reward.errors.UsageError`). Idempotent; a ``with`` block calls it at its
+        end.
+
+        Example:
+            >>> with PacoReward.from_pretrained("X-GenGroup/PaCo-Reward-7B") as rm:  # doctest: +SKIP
+            ...     rm.score("panel_1.png", "panel_2.png", "a red fox")
+        """
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> PacoReward:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(
@@ -144,6 +166,7 @@ class PacoReward:
         trust_remote_code: bool = False,
         device_map: str | int | dict | None = None,
         attn_implementation: str | None = None,
+        vision_attention: str = "auto",
         model_kwargs: Mapping[str, Any] | None = None,
         adapter_kwargs: Mapping[str, Any] | None = None,
         **llm_kwargs: Any,
@@ -189,6 +212,12 @@ class PacoReward:
                 (``"auto"``, ``"cpu"``, ``{"": 1}``, ...; a bare ``"cuda"`` gets this
                 process's index).
             attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...
+            vision_attention: the Qwen-VL vision tower's window attention
+                (:mod:`paco_reward.vision_attention`; transformers backend only):
+                ``"auto"`` (default) attends in one call per window length where the loaded
+                class's forward is the one that was checked, else logs a warning and keeps
+                transformers' own forward (the same scores, slower); ``"grouped"`` raises
+                ``VisionAttentionError`` instead; ``"stock"`` always keeps transformers'.
             model_kwargs: any other keyword argument of the model class's
                 ``from_pretrained`` (``low_cpu_mem_usage``, ``quantization_config``,
                 ``max_memory``, ...); transformers raises on a name it does not take.
@@ -239,6 +268,7 @@ class PacoReward:
                     "device": device,
                     "device_map": device_map,
                     "attn_implementation": attn_implementation,
+                    "vision_attention": None if vision_attention == "auto" else vision_attention,
                     "model_kwargs": model_kwargs,
                     "adapter_kwargs": adapter_kwargs,
                 },
@@ -275,6 +305,7 @@ class PacoReward:
             trust_remote_code=trust_remote_code,
             device_map=device_map,
             attn_implementation=attn_implementation,
+            vision_attention=vision_attention,
             model_kwargs=model_kwargs,
             adapter_kwargs=adapter_kwargs,
         )
@@ -501,7 +532,18 @@ class PacoReward:
         template: str | Template | None = None,
         symmetric: bool | None = None,
     ) -> SetScore:
-        """Score all n(n-1)/2 pairs of a set; each distinct image is encoded once."""
+        """Score all n(n-1)/2 pairs of a set; each distinct image is encoded once.
+
+        Raises:
+            InputError: fewer than two images (a set of one has no pair to score, and a
+                NaN mean would pass for a score in a trainer's average).
+        """
+        images = list(images)
+        if len(images) < 2:
+            raise InputError(
+                f"score_set scores every pair of a set and needs two images or more; got "
+                f"{len(images)}. Score one image against another with score(a, b, prompt)."
+            )
         table = _ImageTable(self.backend.image_policy)
         indices = [table.add(img, f"images[{k}]") for k, img in enumerate(images)]
         instruction = self._instruction(prompt, template)
@@ -512,7 +554,7 @@ class PacoReward:
         matrix = np.full((len(indices), len(indices)), np.nan)
         for (i, j), s in zip(pairs, scores):
             matrix[i, j] = matrix[j, i] = s
-        mean = float(scores.mean()) if len(scores) else math.nan
+        mean = float(scores.mean())
         return SetScore(matrix=matrix, mean=mean, pairs=pairs, scores=scores)
 
     def score_grid(

@@ -27,6 +27,9 @@ class Template:
     name: str
     text: str
     description: str
+    # The prompt goes in stripped, except where a benchmark's released code inserts it as
+    # written (T2IS-Bench: a criterion's trailing space stays, so the question is its bytes).
+    strip_prompt: bool = True
 
     @property
     def needs_prompt(self) -> bool:
@@ -49,6 +52,13 @@ TEMPLATES: dict[str, Template] = {
             "Do images meet the following criteria? {prompt} "
             "Please answer Yes or No first, then provide detailed reasons.",
             "Per-criterion judgement; the prompt is one consistency criterion (paper v1).",
+        ),
+        Template(
+            "t2is",
+            "Do images meet the following criteria? {prompt} Please answer Yes or No.",
+            "T2IS-Bench's per-criterion consistency question, byte for byte as its released "
+            "evaluation asks it (chengyou-jia/T2IS@a40b858 test_prompt_consistency.py).",
+            strip_prompt=False,
         ),
         Template(
             "rank",
@@ -75,7 +85,7 @@ TEMPLATES: dict[str, Template] = {
     ]
 }
 """The paper's task-aware instructions by name: ``consistency`` (the default), ``criteria``,
-``rank``, ``edit_consistency`` and ``edit_following``. A scorer's ``template=`` takes one of
+``t2is`` (the benchmark's question), ``rank``, ``edit_consistency`` and ``edit_following``. A scorer's ``template=`` takes one of
 these names, a :class:`Template`, or a format string with a ``{prompt}`` field."""
 
 DEFAULT_TEMPLATE = "consistency"
@@ -121,7 +131,7 @@ def render_instruction(template: str | Template, prompt: str | None = None) -> s
             f"Template {tpl.name!r} needs a non-empty prompt (theme, criterion or instruction); "
             f"got {prompt!r}."
         )
-    return tpl.text.replace("{prompt}", prompt.strip())
+    return tpl.text.replace("{prompt}", prompt.strip() if tpl.strip_prompt else prompt)
 
 
 def format_answer(label: bool, reasons: str = "") -> str:

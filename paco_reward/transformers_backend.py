@@ -2,15 +2,16 @@
 
 :meth:`TransformersBackend.from_pretrained` loads the evaluator (the class its config names,
 through ``AutoModelForImageTextToText``; an optional PEFT adapter; the processor) and picks
-the backend from the loaded processor:
+the backend from the config, before any weight loads (the judge registry,
+:mod:`paco_reward.judges`):
 
-* :class:`~paco_reward.local_backend.LocalBackend` for a Qwen-VL family (Qwen2.5-VL,
-  Qwen3-VL, ...): dynamic-resolution images, each distinct image through the vision tower once,
-  prompts, rope positions and vision inputs built on the host;
+* :class:`~paco_reward.local_backend.LocalBackend` for a Qwen-VL family whose vision tower it
+  knows (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...): dynamic-resolution images, each distinct image
+  through the vision tower once, prompts, rope positions and vision inputs built on the host;
 * :class:`~paco_reward.processor_backend.ProcessorBackend` for any other image-text-to-text
-  model whose tokenizer has single-token "Yes"/"No" (Gemma-3, ...): the model's own processor
-  resizes and expands the images, its vision output reused across pairs where the family
-  allows it.
+  model whose tokenizer has single-token "Yes"/"No" (Gemma-3, GLM-4V, ...): the model's own
+  processor resizes and expands the images, its vision output reused across pairs where the
+  family allows it.
 
 Both render the same messages with the model's own chat template
 (:func:`~paco_reward.local_backend.render_prompt_text`), score the first answer token through
@@ -25,11 +26,11 @@ once per call.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +39,7 @@ import torch
 from PIL import Image
 
 from paco_reward.devices import default_device, resolve_device
-from paco_reward.errors import InputError
+from paco_reward.errors import InputError, UsageError
 from paco_reward.hub import (
     ADAPTER_KWARGS,
     HUB_KWARGS,
@@ -47,14 +48,15 @@ from paco_reward.hub import (
     default_model_name,
     hub_kwargs,
 )
+from paco_reward.judges import backend_for_config, resolve
 from paco_reward.modeling import (
     check_vision_language_config,
-    is_qwen_vl_processor,
     load_adapter,
     load_evaluator_processor,
     load_vision_language_model,
 )
 from paco_reward.stage_timer import StageTimer
+from paco_reward.vision_attention import check_vision_attention_mode
 from paco_reward.yes_no import YesNoTokens, yes_probability
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ PairRequest = tuple[int, int, str]
 _Job = TypeVar("_Job")
 _Prepared = TypeVar("_Prepared")
 _Result = TypeVar("_Result")
+_Backend = TypeVar("_Backend", bound="TransformersBackend")
 
 # Strategies of a transformers ``device_map`` (anything else names one device).
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -117,29 +120,25 @@ def default_dtype(device: torch.device | None, device_map=None) -> torch.dtype:
     return torch.bfloat16 if on_cuda else torch.float32
 
 
-# The in-process backends by family, as "module:class" (imported when first chosen: each
-# subclasses TransformersBackend), in the order they are tried: Qwen-VL's dynamic-resolution
-# scorer for the processors it accepts, the processor-driven one for any other.
-BACKEND_CLASSES = (
-    ("paco_reward.local_backend:LocalBackend", is_qwen_vl_processor),
-    ("paco_reward.processor_backend:ProcessorBackend", lambda processor: True),
-)
-
-
-def backend_class_for(processor) -> type[TransformersBackend]:
-    """The backend that scores with a model of ``processor``'s family: the Qwen-VL one
-    (:class:`~paco_reward.local_backend.LocalBackend`) for dynamic-resolution image
-    processing, else the processor-driven one
-    (:class:`~paco_reward.processor_backend.ProcessorBackend`); see :data:`BACKEND_CLASSES`."""
-    path = next(path for path, accepts in BACKEND_CLASSES if accepts(processor))
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
+def backend_class_for(config) -> type[TransformersBackend]:
+    """The backend that scores with a model of ``config``'s family (a transformers config or
+    its dict): :class:`~paco_reward.local_backend.LocalBackend` for a family whose vision
+    tower it knows, else :class:`~paco_reward.processor_backend.ProcessorBackend` (see
+    :func:`paco_reward.judges.backend_for_config`)."""
+    return resolve(backend_for_config(config))
 
 
 class TransformersBackend:
     """Loading, pipelining and scoring shared by the in-process backends; a subclass says how
     its family's pairs become first-answer-token logits (:meth:`first_token_outputs`) and
     greedy text (:meth:`generate`).
+
+    Safe for several callers: the entry points (:meth:`first_token_outputs`, so
+    :meth:`score_batch`, and :meth:`generate`) take the backend's lock, so calls from several
+    threads run one after another and score as they would serially; the processor (its
+    tokenizer is not thread-safe) is used under a lock of its own, whichever thread prepares.
+    :meth:`close` (or leaving a ``with`` block) stops the preprocessing worker thread; a call
+    after it raises :class:`~paco_reward.errors.UsageError`.
 
     Attributes:
         stage_timer: a :class:`~paco_reward.stage_timer.StageTimer` to time the stages into
@@ -150,7 +149,6 @@ class TransformersBackend:
     processor: Any
     name: str
     stage_timer: StageTimer | None = None
-    _worker: ThreadPoolExecutor | None = None
     default_vision_batch_size: int = 8
 
     def __init__(
@@ -165,6 +163,12 @@ class TransformersBackend:
     ) -> None:
         self.model = model.eval()
         self.processor = processor
+        # Re-entrant: an entry point calls others (score_batch -> first_token_outputs ->
+        # encode_images -> _pipelined) in the same thread.
+        self._lock = threading.RLock()
+        self._processor_lock = threading.RLock()
+        self._worker: ThreadPoolExecutor | None = None
+        self._closed = False
         self.tokenizer = processor.tokenizer
         self.batch_size = batch_size
         self.vision_batch_size = vision_batch_size or self.default_vision_batch_size
@@ -174,6 +178,11 @@ class TransformersBackend:
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
 
     # ------------------------------------------------------------------ loading
+    @classmethod
+    def check_config(cls, config, source: str | Path) -> None:
+        """Raise :class:`~paco_reward.errors.UnsupportedModelError` when this backend cannot
+        score with a model of ``config``'s family (checked before any weight loads)."""
+
     @classmethod
     def check_processor(cls, processor, source: str | Path) -> None:
         """Raise :class:`~paco_reward.errors.UnsupportedModelError` when this backend cannot
@@ -200,6 +209,7 @@ class TransformersBackend:
         trust_remote_code: bool = False,
         device_map: str | int | torch.device | dict | None = None,
         attn_implementation: str | None = None,
+        vision_attention: str = "auto",
         model_kwargs: Mapping[str, Any] | None = None,
         adapter_kwargs: Mapping[str, Any] | None = None,
     ) -> TransformersBackend:
@@ -207,23 +217,24 @@ class TransformersBackend:
         ``AutoModelForImageTextToText``), and optionally a PEFT LoRA ``adapter``, with its
         processor; the arguments are those of :meth:`paco_reward.PacoReward.from_pretrained`.
         Called on this class, the backend is the one of the model's family
-        (:func:`backend_class_for`); called on a subclass, that subclass, which must accept
-        the model.
+        (:func:`backend_class_for`, from its config); called on a subclass, that subclass,
+        which must accept the model.
 
         Raises:
             TypeError: ``model_kwargs`` or ``adapter_kwargs`` holds a key that has its own
                 argument here, or an unknown one.
             InputError: both ``device`` and ``device_map`` are given; ``min_pixels`` /
-                ``max_pixels`` for a model whose processor has no pixel budget.
+                ``max_pixels`` for a model whose processor has no pixel budget; an unknown
+                ``vision_attention``.
             PathNotFoundError: ``path_or_id`` names no folder and is no hub id either.
             UnsupportedModelError: the model has no image input, no chat template, or (on a
-                subclass) not the image processing that subclass needs (checked before the
-                weights load).
+                subclass) not the vision tower or image processing that subclass needs
+                (checked before the weights load).
             YesNoTokenError: its tokenizer has no single-token "Yes"/"No" (idem).
             WeightsMismatchError: a weight of the model or the adapter is missing or
                 unexpected (the model would score with randomly initialised weights).
-            VisionAttentionError: a Qwen-VL vision tower the scorer does not know (see
-                :mod:`paco_reward.vision_attention`).
+            VisionAttentionError: ``vision_attention="grouped"`` and a vision attention
+                that cannot be grouped (see :mod:`paco_reward.vision_attention`).
 
         Example:
             >>> backend = TransformersBackend.from_pretrained("X-GenGroup/PaCo-Reward-7B",
@@ -236,6 +247,7 @@ class TransformersBackend:
                 f"Give device= (one device; got {device!r}) or device_map= (weights placed by "
                 f"accelerate; got {device_map!r}), not both."
             )
+        check_vision_attention_mode(vision_attention)
         model_kwargs = check_kwargs(model_kwargs, name="model_kwargs", reserved=_OWN_ARGUMENTS)
         adapter_kwargs = check_kwargs(adapter_kwargs, name="adapter_kwargs", allowed=ADAPTER_KWARGS)
         hub = hub_kwargs(
@@ -257,15 +269,18 @@ class TransformersBackend:
         if attn_implementation:
             load_kwargs["attn_implementation"] = attn_implementation
 
-        # Cheapest checks first: the config, then the processor; the weights last.
+        # Cheapest checks first: the config (and the backend of its family), then the
+        # processor; the weights last.
         source = check_source(path_or_id)
-        check_vision_language_config(AutoConfig.from_pretrained(source, **hub), source)
+        config = AutoConfig.from_pretrained(source, **hub)
+        check_vision_language_config(config, source)
+        backend_class = backend_class_for(config) if cls is TransformersBackend else cls
+        backend_class.check_config(config, source)
         processor_source, processor_kwargs = path_or_id, hub
         if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file():
             processor_source = adapter
             processor_kwargs = {k: v for k, v in hub.items() if k != "revision"}
         processor = load_evaluator_processor(processor_source, **processor_kwargs)
-        backend_class = backend_class_for(processor) if cls is TransformersBackend else cls
         backend_class.check_processor(processor, processor_source)
         backend_kwargs = backend_class._backend_kwargs(
             processor,
@@ -274,6 +289,7 @@ class TransformersBackend:
             canonical_yes_no=canonical_yes_no,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
+            vision_attention=vision_attention,
         )
         model = load_vision_language_model(path_or_id, **load_kwargs)
         if adapter is not None:
@@ -297,6 +313,38 @@ class TransformersBackend:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    # ------------------------------------------------------------------ lifetime
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
+        """The backend's lock, for one call of an entry point; refuses a closed backend."""
+        with self._lock:
+            if self._closed:
+                raise UsageError(
+                    f"backend {self.name!r} is closed (close() or the end of its with block); "
+                    "load it again to score."
+                )
+            yield
+
+    def close(self) -> None:
+        """Stop the preprocessing worker thread (waiting for its current job); the model
+        stays loaded until the backend is dropped. Idempotent.
+
+        Example:
+            >>> with PacoReward.from_pretrained(path) as rm:   # doctest: +SKIP
+            ...     rm.score(a, b, "a fox")
+        """
+        with self._lock:
+            self._closed = True
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.shutdown(wait=True)
+
+    def __enter__(self: _Backend) -> _Backend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ pipeline
     def _host_stage(self, name: str) -> AbstractContextManager:
         return self.stage_timer.host_stage(name) if self.stage_timer else nullcontext()
@@ -312,16 +360,18 @@ class TransformersBackend:
     ) -> list[_Result]:
         """``run(prepare(job))`` for each job in order, each job's ``prepare`` (host work) in
         the worker thread while the previous job's ``run`` queues the model's work."""
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="paco-preprocess")
-        results: list[_Result] = []
-        pending: Future | None = self._worker.submit(prepare, jobs[0]) if jobs else None
-        for k in range(len(jobs)):
-            prepared = pending.result()
-            if k + 1 < len(jobs):
-                pending = self._worker.submit(prepare, jobs[k + 1])
-            results.append(run(prepared))
-        return results
+        with self._serving():  # the worker is made once, and used by one call at a time
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="paco-preprocess")
+            worker = self._worker
+            results: list[_Result] = []
+            pending: Future | None = worker.submit(prepare, jobs[0]) if jobs else None
+            for k in range(len(jobs)):
+                prepared = pending.result()
+                if k + 1 < len(jobs):
+                    pending = worker.submit(prepare, jobs[k + 1])
+                results.append(run(prepared))
+            return results
 
     def _in_length_order(
         self,
@@ -361,14 +411,12 @@ class TransformersBackend:
             >>> backend.first_token_outputs(images, [(0, 1, text)], lambda x: x.argmax(-1))  # doctest: +SKIP
             tensor([9454])
         """
-        used = sorted({i for a, b, _ in pairs for i in (a, b)})
-        local = {index: k for k, index in enumerate(used)}
-        requests = [(local[a], local[b], text) for a, b, text in pairs]
-        used_images = [images[i] for i in used]
-        features, lengths, prepare = self._text_chunks(used_images, requests)
-        return self._in_length_order(
-            lengths, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
-        )
+        with self._serving():
+            used_images, requests = used_images_and_requests(images, pairs)
+            features, lengths, prepare = self._text_chunks(used_images, requests)
+            return self._in_length_order(
+                lengths, prepare, lambda chunk: reduce(self._chunk_logits(chunk, features))
+            )
 
     def _text_chunks(
         self, images: Sequence[Image.Image], requests: Sequence[PairRequest]
@@ -402,19 +450,31 @@ class TransformersBackend:
         **generate_kwargs,
     ) -> str:
         """Greedy (by default) continuation for one pair, decoded without special tokens."""
-        inputs = self.generation_inputs(images, instruction)
-        generate_kwargs.setdefault("do_sample", False)
-        output = self.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.pad_token_id,
-            **generate_kwargs,
-        )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+        with self._serving():
+            inputs = self.generation_inputs(images, instruction)
+            generate_kwargs.setdefault("do_sample", False)
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=self.pad_token_id,
+                **generate_kwargs,
+            )
+            new_tokens = output[0, inputs["input_ids"].shape[1] :]
+            with self._processor_lock:
+                return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
 
     def generation_inputs(
         self, images: Sequence[Image.Image], instruction: str
     ) -> dict[str, torch.Tensor]:
         """The model's inputs, on its device, for :meth:`generate` of one pair's prompt."""
         raise NotImplementedError
+
+
+def used_images_and_requests(
+    images: Sequence[Image.Image], pairs: Sequence[PairRequest]
+) -> tuple[list[Image.Image], list[PairRequest]]:
+    """The images ``pairs`` use, and the pairs re-indexed into that list (an image no pair
+    uses is never encoded)."""
+    used = sorted({i for a, b, _ in pairs for i in (a, b)})
+    local = {index: k for k, index in enumerate(used)}
+    return [images[i] for i in used], [(local[a], local[b], text) for a, b, text in pairs]

@@ -15,11 +15,16 @@ each batch entry as they compute a lone window, so the vision tower's output is 
 (``torch.equal`` on the CPU, fp32 and bf16: ``tests/test_vision_attention.py``).
 
 The forward below is transformers' ``Qwen2_5_VLVisionAttention.forward`` (Qwen2-VL's
-``VisionAttention`` and Qwen3-VL's ``Qwen3VLVisionAttention`` are the same code) of the range
-``setup.cfg`` pins, :data:`CHECKED_TRANSFORMERS`. A module whose class does not have the
-shape it relies on (its attributes, its forward's parameters, its modeling file's rotary
-function) fails at load with :class:`~paco_reward.errors.VisionAttentionError` naming the
-class, rather than computing something else.
+``VisionAttention`` and Qwen3-VL's ``Qwen3VLVisionAttention`` are the same code) of the
+releases it was checked against, :data:`CHECKED_TRANSFORMERS`. A module is grouped only when
+its class's forward is that code (:data:`CHECKED_FORWARDS`: a fingerprint of the forward's
+source, :func:`forward_fingerprint`), the class has the attributes and modeling functions the
+copy reads, and the instance has no ``forward`` of its own (a hook's, a patch's, which
+grouping would replace). Another transformers release, a subclass or a patched forward is
+not grouped: with ``mode="auto"`` (the default) a warning names the class and the
+transformers version and the model keeps transformers' own forward (the same scores, only
+slower); with ``mode="grouped"`` it is a :class:`~paco_reward.errors.VisionAttentionError`;
+``mode="stock"`` never groups.
 
     >>> group_vision_attention(model)  # doctest: +SKIP
     4
@@ -27,26 +32,42 @@ class, rather than computing something else.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import inspect
+import logging
 import sys
+import textwrap
 import types
 from collections.abc import Callable, Sequence
 
 import torch
 
-from paco_reward.errors import VisionAttentionError
+from paco_reward.errors import InputError, VisionAttentionError
 from paco_reward.modeling import vision_tower
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "CHECKED_FORWARDS",
     "CHECKED_TRANSFORMERS",
+    "VISION_ATTENTION_MODES",
     "attention_by_length",
     "check_vision_attention",
+    "check_vision_attention_mode",
+    "forward_fingerprint",
     "group_vision_attention",
     "vision_attention_modules",
 ]
 
-# The transformers releases whose vision attention the forward below copies (setup.cfg's pin).
+# The transformers releases whose vision attention the forward below copies, checked.
 CHECKED_TRANSFORMERS = ">=5.19,<5.24"
+# forward_fingerprint of the Qwen-VL vision attention forwards the copy below was checked
+# against: Qwen2-VL's, Qwen2.5-VL's, Qwen3-VL's and Qwen3-VL-MoE's, one code in 5.19 to 5.23.
+CHECKED_FORWARDS = frozenset({"fbd0149e13e55002ff5e4197ea47bd511c44f16b8de7b3ade0f91ac9525c14bd"})
+# group_vision_attention's modes: group where the forward is the checked one, else keep
+# transformers' own (auto); group or raise (grouped); never group (stock).
+VISION_ATTENTION_MODES = ("auto", "grouped", "stock")
 # What the forward reads from a module, its class's forward signature and its modeling file.
 _ATTRIBUTES = ("qkv", "proj", "num_heads", "scaling", "config", "attention_dropout")
 _FORWARD_PARAMETERS = (
@@ -78,18 +99,57 @@ def vision_attention_modules(model) -> list[torch.nn.Module]:
     return modules
 
 
+def forward_fingerprint(function: Callable) -> str | None:
+    """The SHA-256 of ``function``'s code: its source parsed, without its docstring, dumped
+    (comments, blank lines and formatting do not count; any change of the code does);
+    ``None`` when its source cannot be read.
+
+    Example:
+        >>> forward_fingerprint(torch.nn.Linear.forward) == forward_fingerprint(torch.nn.Linear.forward)
+        True
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):  # built in, or made at run time
+        return None
+    node = ast.parse(source).body[0]
+    body = getattr(node, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        node.body = body[1:]  # type: ignore[attr-defined]
+    return hashlib.sha256(ast.dump(node).encode()).hexdigest()
+
+
+def check_vision_attention_mode(mode: str) -> str:
+    """``mode`` when it is one of :data:`VISION_ATTENTION_MODES`.
+
+    Raises:
+        InputError: another value.
+
+    Example:
+        >>> check_vision_attention_mode("stock")
+        'stock'
+    """
+    if mode not in VISION_ATTENTION_MODES:
+        raise InputError(f"vision_attention must be one of {VISION_ATTENTION_MODES}; got {mode!r}.")
+    return mode
+
+
 def check_vision_attention(module: torch.nn.Module) -> None:
-    """Raise :class:`VisionAttentionError` naming ``module``'s class unless it has the shape
-    :func:`group_vision_attention`'s forward relies on.
+    """Raise :class:`VisionAttentionError` naming ``module``'s class (and the transformers
+    version) unless :func:`group_vision_attention` may replace its forward: its class's
+    forward is a checked one (:data:`CHECKED_FORWARDS`), with the attributes, parameters and
+    modeling functions the copy reads, and the instance has no ``forward`` of its own but ours.
 
     Example:
         >>> check_vision_attention(torch.nn.Linear(2, 2))
         Traceback (most recent call last):
         ...
-        paco_reward.errors.VisionAttentionError: torch.nn.modules.linear.Linear is not the ...
+        paco_reward.errors.VisionAttentionError: torch.nn.modules.linear.Linear (transformers ...
     """
+    import transformers
+
     cls = type(module)
-    name = f"{cls.__module__}.{cls.__qualname__}"
+    name = f"{cls.__module__}.{cls.__qualname__} (transformers {transformers.__version__})"
     problems = [f"no attribute {a!r}" for a in _ATTRIBUTES if not hasattr(module, a)]
     parameters = tuple(inspect.signature(cls.forward).parameters)
     if parameters != _FORWARD_PARAMETERS:
@@ -100,26 +160,47 @@ def check_vision_attention(module: torch.nn.Module) -> None:
         for f in _MODELING_FUNCTIONS
         if not callable(getattr(modeling, f, None))
     ]
+    if not problems and forward_fingerprint(cls.forward) not in CHECKED_FORWARDS:
+        problems.append("its forward is not the code the copy was checked against")
+    own = vars(module).get("forward")
+    if own is not None and getattr(own, "__func__", None) is not _grouped_forward:
+        problems.append(f"the instance has a forward of its own ({own!r}: a hook or a patch)")
     if problems:
         raise VisionAttentionError(
             f"{name} is not the Qwen-VL vision attention of transformers {CHECKED_TRANSFORMERS} "
-            f"that the scorer's grouped window attention copies: {'; '.join(problems)}. "
-            "Install transformers in that range (pip install 'transformers"
-            f"{CHECKED_TRANSFORMERS}')."
+            f"that the scorer's grouped window attention copies: {'; '.join(problems)}. Score "
+            "with transformers' own forward (vision_attention='auto' or 'stock': the same "
+            "scores, slower), or install transformers in that range (pip install "
+            f"'transformers{CHECKED_TRANSFORMERS}')."
         )
 
 
-def group_vision_attention(model) -> int:
+def group_vision_attention(model, mode: str = "auto") -> int:
     """Make every vision attention module of ``model`` (a loaded instance; a PEFT wrapper
-    too) attend in one call per distinct window length; returns how many modules. Every
-    module is checked before any is changed; calling it again changes nothing more.
+    too) attend in one call per distinct window length; returns how many modules (0: none,
+    transformers' own forward kept). Every module is checked before any is changed; calling
+    it again changes nothing more.
+
+    Args:
+        mode: ``"auto"``: group when every module passes :func:`check_vision_attention`, else
+            log one warning naming the class and keep transformers' forward; ``"grouped"``:
+            group or raise; ``"stock"``: change nothing.
 
     Raises:
-        VisionAttentionError: a module (named) has not the expected shape.
+        VisionAttentionError: ``mode="grouped"`` and a module (named) cannot be grouped.
+        InputError: an unknown ``mode``.
     """
-    modules = vision_attention_modules(model)
-    for module in modules:
-        check_vision_attention(module)
+    if check_vision_attention_mode(mode) == "stock":
+        return 0
+    try:
+        modules = vision_attention_modules(model)
+        for module in modules:
+            check_vision_attention(module)
+    except VisionAttentionError as err:
+        if mode == "grouped":
+            raise
+        logger.warning("Vision attention not grouped, transformers' own forward kept: %s", err)
+        return 0
     for module in modules:
         module.forward = types.MethodType(_grouped_forward, module)
     return len(modules)

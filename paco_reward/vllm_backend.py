@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from paco_reward.errors import LogprobTokenIdsIgnoredError, MissingDependencyErr
 from paco_reward.hub import check_source
 from paco_reward.images import ImagePolicy
 from paco_reward.local_backend import PairRequest, render_prompt_text
+from paco_reward.lru import PER_INSTRUCTION_CACHE_SIZE, LRUCache
 from paco_reward.modeling import check_qwen_vl_processor
 from paco_reward.yes_no import YesNoTokens, yes_probability_from_token_logprobs
 
@@ -99,7 +101,8 @@ class VLLMBackend:
         self.yes_no = YesNoTokens.from_tokenizer(self.tokenizer, canonical=canonical_yes_no)
         self.image_policy = ImagePolicy.from_processor(processor, min_pixels, max_pixels)
         self._token_ids = [*self.yes_no.yes, *self.yes_no.no]
-        self._prompts: dict[str, str] = {}
+        self._prompts: LRUCache[str] = LRUCache(PER_INSTRUCTION_CACHE_SIZE)
+        self._lock = threading.Lock()  # vllm.LLM is one caller's: concurrent calls take turns
 
     @classmethod
     def from_pretrained(
@@ -162,17 +165,24 @@ class VLLMBackend:
 
     def close(self) -> None:
         """Shut the engine down now (its processes and memory), not at interpreter exit."""
-        engine_core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
-        if engine_core is not None:
-            engine_core.shutdown()
+        with self._lock:
+            engine_core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+            if engine_core is not None:
+                engine_core.shutdown()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ requests
     def _prompt(self, images: Sequence[Image.Image], instruction: str) -> dict:
-        if instruction not in self._prompts:
-            self._prompts[instruction] = render_prompt_text(
-                self.processor, instruction, num_images=len(images)
-            )
-        return {"prompt": self._prompts[instruction], "multi_modal_data": {"image": list(images)}}
+        prompt = self._prompts.get(
+            (instruction, len(images)),
+            lambda: render_prompt_text(self.processor, instruction, num_images=len(images)),
+        )
+        return {"prompt": prompt, "multi_modal_data": {"image": list(images)}}
 
     def score_batch(
         self, images: Sequence[Image.Image], pairs: Sequence[PairRequest]
@@ -190,7 +200,8 @@ class VLLMBackend:
             max_tokens=1, temperature=0.0, logprob_token_ids=self._token_ids
         )
         prompts = [self._prompt([images[a], images[b]], text) for a, b, text in pairs]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with self._lock:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         scores = np.empty(len(pairs), dtype=np.float64)
         for k, output in enumerate(outputs):
             first = output.outputs[0].logprobs[0]
@@ -215,5 +226,8 @@ class VLLMBackend:
         special tokens; ``sampling_kwargs`` go to ``vllm.SamplingParams``."""
         sampling_kwargs.setdefault("temperature", 0.0)
         params = self.vllm.SamplingParams(max_tokens=max_new_tokens, **sampling_kwargs)
-        (output,) = self.llm.generate([self._prompt(images, instruction)], params, use_tqdm=False)
+        with self._lock:
+            (output,) = self.llm.generate(
+                [self._prompt(images, instruction)], params, use_tqdm=False
+            )
         return output.outputs[0].text

@@ -79,7 +79,7 @@ class YAMLConfig:
         >>> Hello.from_dict({"nmae": "you"})
         Traceback (most recent call last):
         ...
-        paco_reward.errors.ConfigError: config: unknown key(s) ['nmae'] for Hello; valid keys: ['name', 'times'].
+        paco_reward.errors.ConfigError: config: unknown key(s) ['nmae'] for Hello (did you mean 'name'?); valid keys: ['name', 'times'].
     """
 
     SECRET_FIELDS: tuple[str, ...] = ()
@@ -113,6 +113,15 @@ class YAMLConfig:
         values = apply_overrides(read_recipe(path), dict(overrides or {}))
         return cls.from_dict(values, f"recipe {str(path)!r}")
 
+    def to_plain(self) -> dict[str, Any]:
+        """Every field (but ``SECRET_FIELDS``) as YAML's plain values: what :meth:`to_yaml`
+        writes, without the version."""
+        return {
+            f.name: _plain(f.name, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.init and f.name not in self.SECRET_FIELDS
+        }
+
     def to_yaml(self, path: str | Path) -> Path:
         """Write every field (and the library version) to ``path`` as YAML, atomically; the
         file reloads with :meth:`from_yaml` as this config. Returns ``path``."""
@@ -121,11 +130,7 @@ class YAMLConfig:
         from paco_reward import __version__
         from paco_reward.atomic_io import atomic_write_text
 
-        values = {
-            f.name: _plain(f.name, getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.init and f.name not in self.SECRET_FIELDS
-        }
+        values = self.to_plain()
         header = (
             f"# {type(self).__name__} written by paco-rl {__version__}; it reloads with "
             f"{type(self).__name__}.from_yaml(path).\n"

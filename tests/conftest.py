@@ -128,6 +128,15 @@ def tiny_gemma3_dir(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="session")
+def tiny_glm4v_dir(tmp_path_factory):
+    """A tiny random GLM-4V judge folder: Qwen-VL's image processing, a vision tower the
+    Qwen-VL scorer does not know (so ``ProcessorBackend`` scores it)."""
+    from paco_reward.testing import build_tiny_glm4v
+
+    return build_tiny_glm4v(tmp_path_factory.mktemp("tiny-glm4v") / "model", seed=0)
+
+
 # Model family -> the fixture of its tiny evaluator folder.
 FAMILY_FIXTURES = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3_vl_dir"}
 

@@ -1,20 +1,12 @@
 """The shipped architectures are the published models: built on the meta device through
 the classes the trainer loads, their parameter counts match the published sizes within 1 %.
 
-Published sizes: the parameter counts Hugging Face Hub shows for each model's safetensors
-(FLUX.1-dev transformer 11.9 B and VAE 83.8 M, Qwen2.5-VL-7B-Instruct 8.29 B,
-Qwen3-VL-8B-Instruct 8.77 B, Gemma-3-4B-IT 4.30 B, Qwen-Image transformer 20.4 B), the T5 v1.1 XXL encoder's 4.76 B (FLUX.1-dev's text_encoder_2), and
-GOT-OCR 2.0's 561 M (stepfun-ai/GOT-OCR-2.0-hf; its paper rounds to 580 M),
-open_clip's model table for CLIP-ViT-H-14 (986.1 M) and ViT-L-14's text tower (123.65 M,
-with its 0.59 M text projection that CLIPTextModel leaves out), Wan 2.1's VAE for Qwen-Image's
-(127 M), Stable Diffusion 3.5 Large's 8.1 B transformer (its model card) with FLUX.1's VAE shape
-(83.8 M) and open_clip's ViT-bigG-14 text tower (694.66 M, projection included, as
-CLIPTextModelWithProjection builds it).
-(127 M). FLUX.2: the transformers' 32 B (FLUX.2-dev) and 4 B (FLUX.2-klein, a rounded figure,
-hence its 5 % tolerance), Mistral-Small-3.2-24B's 24.0 B and Qwen3-4B's 4.02 B as the Hub shows
-them; the FLUX.2 VAE's 84.05 M is our count of diffusers' AutoencoderKLFlux2 defaults (the
-layout BFL's checkpoint converts to), not a published figure. Z-Image-Turbo: its model card's
-6 B transformer (a rounded figure, hence 5 %; we count 6.15 B), FLUX.1's VAE and Qwen3-4B.
+The pipelines' files: the sizes and sources beside them, ``paco_grpo/architectures/
+published_sizes.json`` (one entry per shipped file, rounded figures with a wider tolerance).
+The evaluators' and rewards' models: the parameter counts Hugging Face Hub shows for each
+model's safetensors (Qwen2.5-VL-7B-Instruct 8.29 B, Qwen3-VL-8B-Instruct 8.77 B, Gemma-3-4B-IT
+4.30 B), GOT-OCR 2.0's 561 M (stepfun-ai/GOT-OCR-2.0-hf; its paper rounds to 580 M) and
+open_clip's model table for CLIP-ViT-H-14 (986.1 M).
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import json
 
 import pytest
 
-from paco_grpo.architectures import pipeline_configs, shipped_pipelines
+from paco_grpo.architectures import SHIPPED, pipeline_configs, shipped_pipelines
 from paco_reward.architectures import (
     MODELS,
     ArchitectureError,
@@ -31,66 +23,53 @@ from paco_reward.architectures import (
     count_parameters,
     model_config,
 )
+from paco_reward.judges import JUDGE_SPECS
 
+# The judges' sizes are their registry entries' (paco_reward.judges.JUDGE_SPECS: published).
 PUBLISHED = {
-    ("black-forest-labs/FLUX.1-dev", "transformer"): 11.9e9,
-    ("black-forest-labs/FLUX.1-dev", "vae"): 83.8e6,
-    ("black-forest-labs/FLUX.1-dev", "text_encoder"): 123.65e6,
-    ("black-forest-labs/FLUX.1-dev", "text_encoder_2"): 4.76e9,
-    ("black-forest-labs/FLUX.1-Kontext-dev", "transformer"): 11.9e9,
-    ("black-forest-labs/FLUX.1-Kontext-dev", "vae"): 83.8e6,
-    ("black-forest-labs/FLUX.1-Kontext-dev", "text_encoder"): 123.65e6,
-    ("black-forest-labs/FLUX.1-Kontext-dev", "text_encoder_2"): 4.76e9,
-    ("Qwen/Qwen-Image", "transformer"): 20.4e9,
-    ("Qwen/Qwen-Image", "vae"): 127e6,
-    ("Qwen/Qwen-Image", "text_encoder"): 8.29e9,
-    ("Qwen/Qwen-Image-Edit", "transformer"): 20.4e9,
-    ("Qwen/Qwen-Image-Edit", "vae"): 127e6,
-    ("Qwen/Qwen-Image-Edit", "text_encoder"): 8.29e9,
-    ("Qwen/Qwen-Image-Edit-2509", "transformer"): 20.4e9,
-    ("Qwen/Qwen-Image-Edit-2509", "vae"): 127e6,
-    ("Qwen/Qwen-Image-Edit-2509", "text_encoder"): 8.29e9,
-    ("stabilityai/stable-diffusion-3.5-large", "transformer"): 8.1e9,
-    ("stabilityai/stable-diffusion-3.5-large", "vae"): 83.8e6,
-    ("stabilityai/stable-diffusion-3.5-large", "text_encoder"): 123.65e6,
-    ("stabilityai/stable-diffusion-3.5-large", "text_encoder_2"): 694.66e6,
-    ("stabilityai/stable-diffusion-3.5-large", "text_encoder_3"): 4.76e9,
-    ("black-forest-labs/FLUX.2-dev", "transformer"): 32e9,
-    ("black-forest-labs/FLUX.2-dev", "vae"): 84.05e6,
-    ("black-forest-labs/FLUX.2-dev", "text_encoder"): 24.0e9,
-    ("black-forest-labs/FLUX.2-klein-4B", "transformer"): 4e9,
-    ("black-forest-labs/FLUX.2-klein-4B", "vae"): 84.05e6,
-    ("black-forest-labs/FLUX.2-klein-4B", "text_encoder"): 4.02e9,
-    ("black-forest-labs/FLUX.2-klein-base-4B", "transformer"): 4e9,
-    ("black-forest-labs/FLUX.2-klein-base-4B", "vae"): 84.05e6,
-    ("black-forest-labs/FLUX.2-klein-base-4B", "text_encoder"): 4.02e9,
-    ("Tongyi-MAI/Z-Image-Turbo", "transformer"): 6e9,
-    ("Tongyi-MAI/Z-Image-Turbo", "vae"): 83.8e6,
-    ("Tongyi-MAI/Z-Image-Turbo", "text_encoder"): 4.02e9,
-    ("X-GenGroup/PaCo-Reward-7B", None): 8.29e9,
-    ("Qwen/Qwen2.5-VL-7B-Instruct", None): 8.29e9,
-    ("Qwen/Qwen3-VL-8B-Instruct", None): 8.77e9,
-    ("google/gemma-3-4b-it", None): 4.30e9,
+    **{(hub, None): size for spec in JUDGE_SPECS.values() for hub, size in spec.published.items()},
     ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", None): 986.1e6,
     ("yuvalkirstain/PickScore_v1", None): 986.1e6,
     ("stepfun-ai/GOT-OCR-2.0-hf", None): 561e6,
+    # VQAScore's CLIP-FlanT5: FlanT5-XXL's 11.14 B (T5 v1.1 XXL with its own head: the 4.76 B
+    # encoder above, the decoder, the 32,128 x 4,096 head), CLIP ViT-L/14-336's vision tower
+    # (303.5 M: open_clip's ViT-L-14 visual tower less its projection, at 577 positions) and the
+    # mlp2x_gelu projector (21.0 M); a sum of parts, not a figure the Hub shows for the repo.
+    ("zhiqiulin/clip-flant5-xxl", None): 11.135e9 + 303.5e6 + 21.0e6,
+    # the aesthetic predictor's CLIP: 428 M on the Hub
+    ("openai/clip-vit-large-patch14", None): 428e6,
+    # GARDO's feature model: DINOv3's paper gives ViT-L/16 as 300 M (rounded, hence 2 %)
+    ("facebook/dinov3-vitl16-pretrain-lvd1689m", None): 300e6,
+}
+# Published figures rounded further than 1 %: their tolerance.
+ROUNDED = {("facebook/dinov3-vitl16-pretrain-lvd1689m", None): 0.02}
+
+
+# The pipelines' published sizes, beside their architecture files: file -> size, source.
+PIPELINE_SIZES = json.loads((SHIPPED / "published_sizes.json").read_text())
+PIPELINE_FILES = {
+    (model, component): file
+    for model, files in shipped_pipelines().items()
+    for component, file in files.items()
 }
 
 
 def test_every_shipped_model_has_a_published_size():
-    shipped = {(m, None) for m in MODELS}
-    shipped |= {(p, c) for p, components in shipped_pipelines().items() for c in components}
-    assert shipped == set(PUBLISHED)
+    assert {(m, None) for m in MODELS} == set(PUBLISHED)
+    assert set(PIPELINE_FILES.values()) == set(PIPELINE_SIZES)  # one entry per file, no stale one
+    assert all(entry["source"] for entry in PIPELINE_SIZES.values())
 
 
-@pytest.mark.parametrize("model, component", sorted(PUBLISHED, key=str))
+@pytest.mark.parametrize("model, component", sorted(PUBLISHED, key=str) + sorted(PIPELINE_FILES))
 def test_parameter_count_matches_the_published_size(model, component):
     config = pipeline_configs(model)[component] if component else model_config(model)
     built = build_empty(config)
     assert {p.device.type for p in built.parameters()} == {"meta"}  # nothing allocated
-    expected = PUBLISHED[(model, component)]
-    rounded = ("FLUX.2-klein", "Z-Image")  # published as "4 B" and "6 B"
-    rel = 0.05 if any(r in model for r in rounded) and component == "transformer" else 0.01
+    if component is None:
+        expected, rel = PUBLISHED[(model, None)], ROUNDED.get((model, None), 0.01)
+    else:
+        entry = PIPELINE_SIZES[PIPELINE_FILES[(model, component)]]
+        expected, rel = entry["parameters"], entry.get("tolerance", 0.01)
     assert count_parameters(built) == pytest.approx(expected, rel=rel)
 
 

@@ -4,6 +4,7 @@ commands that load a model take the hub arguments (a pinned revision from a hub 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -93,6 +94,33 @@ def test_exit_codes_and_one_line_errors(tiny_model_dir, tmp_path, capsys):
     assert "unrecognized arguments: --promt" in capsys.readouterr().err
 
 
+def test_tiny_builds_a_judge_under_its_name_and_the_sample_panels(tmp_path, capsys):
+    """``paco-reward tiny``: what the README's first block scores, on a fresh clone."""
+    from paco_reward.testing.samples import SAMPLE_PANELS
+
+    assert main(["tiny", str(tmp_path / "tiny_judge"), "--panels", str(tmp_path)]) == 0
+    assert all((tmp_path / name).is_file() for name in SAMPLE_PANELS)
+    assert str(tmp_path / "tiny_judge") in capsys.readouterr().out
+    with PacoReward.from_pretrained(tmp_path / "tiny_judge", device="cpu") as rm:
+        assert 0 <= rm.score(tmp_path / "panel_1.png", tmp_path / "panel_2.png", "a fox") <= 1
+        assert len(rm.score_grid(tmp_path / "grid.png", "a 2x2 grid of a fox").scores) == 6
+
+
+@pytest.mark.parametrize("command", ["score", "explain"])
+def test_a_missing_prompt_is_reported_before_the_model_loads(command, tmp_path, capsys):
+    """It was "needs a non-empty prompt ... got None", after the model had loaded (minutes
+    for a 7B judge): the model here does not exist, so only a check before loading names the
+    prompt."""
+    missing_model = str(tmp_path / "no-model-here")
+    assert main([command, missing_model, "a.png", "b.png"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("paco-reward: error: --prompt is missing: the 'consistency' template")
+    assert 'add --prompt "' in err and "None" not in err
+    # a template without {prompt} takes none: the run goes on to the model (not found)
+    assert main([command, missing_model, "a.png", "b.png", "--template", "rank"]) == 1
+    assert "No model folder exists" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("model", ["/nope", "./nope", "~/nope", "runs/evaluator/final"])
 def test_a_model_path_that_is_not_there_is_named_not_taken_for_a_hub_id(
     model, tmp_path, monkeypatch, capsys
@@ -105,6 +133,20 @@ def test_a_model_path_that_is_not_there_is_named_not_taken_for_a_hub_id(
     assert err.startswith(f"paco-reward: error: No model folder exists at {model!r}")
     assert f"{model!r} is not a hub id either" in err
     assert "Repo id" not in err and "Traceback" not in err
+
+
+def test_a_mistyped_local_folder_fails_at_once_naming_it(tmp_path, monkeypatch, capsys):
+    """``runs/tiny_cpux`` is a valid hub id, so it went to the hub: 27 s of retries, then
+    "could not connect" without the path. With a local ``runs/`` it is a local path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "tiny_cpu").mkdir(parents=True)
+    start = time.perf_counter()
+    assert main(["score", "runs/tiny_cpux", "a.png", "b.png", "--prompt", "x"]) == 1
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert err.startswith("paco-reward: error: No model folder exists at 'runs/tiny_cpux'")
+    assert "(did you mean 'runs/tiny_cpu'?)" in err
+    assert "'runs' is a folder here" in err
 
 
 def test_a_missing_model_or_adapter_folder_is_a_path_not_found_error(tiny_model_dir, tmp_path):

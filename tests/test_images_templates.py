@@ -65,6 +65,24 @@ def test_extreme_aspect_ratio_and_bad_policy():
         ImagePolicy(min_pixels=10, max_pixels=5)
 
 
+def test_a_file_or_bytes_that_are_not_an_image_name_the_input_not_a_buffer(tmp_path):
+    """PIL's message named the BytesIO it read ("cannot identify image file <_io.BytesIO
+    object at 0x...>"); the error names the input, the file and what to give instead."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    with pytest.raises(InvalidImageError) as info:
+        load_image(notes, "pairs[0][1]")
+    message = str(info.value)
+    assert message.startswith(f"pairs[0][1]: {str(notes)!r} is not a readable image")
+    assert "PNG, JPEG or WebP" in message and "_io." not in message
+    with pytest.raises(InvalidImageError) as info:
+        load_image(b"not an image", "images[2]")
+    assert str(info.value) == (
+        "images[2]: its bytes are not a decodable image (not an image format PIL can read "
+        "(PNG, JPEG, WebP, ...))."
+    )
+
+
 def test_image_hash_is_content_based():
     a = Image.new("RGB", (4, 4), (1, 2, 3))
     assert image_hash(a) == image_hash(a.copy())

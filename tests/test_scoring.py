@@ -147,6 +147,19 @@ def test_score_set_encodes_each_image_once_and_matches_pairs(tiny_reward, random
     assert result.mean == pytest.approx(expected.mean())
 
 
+def test_a_set_of_one_image_is_refused_not_scored_nan(tiny_reward, random_images):
+    """score_set of one image returned mean=nan silently (a NaN that a trainer's mean or a
+    report would carry on)."""
+    from paco_reward import InputError
+
+    (image,) = random_images(1, seed=6)
+    for images in ([image], []):
+        with pytest.raises(InputError, match=rf"needs two images or more; got {len(images)}"):
+            tiny_reward.score_set(images, "fox")
+    with pytest.raises(InputError, match="score"):
+        tiny_reward.score_grid(image, "fox", layout=(1, 1))  # a grid of one panel
+
+
 def test_score_set_symmetric_scores_both_orders(tiny_reward, random_images):
     images = random_images(3, seed=7)
     result = tiny_reward.score_set(images, "fox", symmetric=True)
@@ -324,3 +337,31 @@ def test_each_distinct_input_is_decoded_resized_and_hashed_once(tiny_reward, mon
     scores = tiny_reward.score_pairs(pairs)
     assert len(resized) == 4, resized
     np.testing.assert_allclose(scores, tiny_reward.score_set(panels, "a fox").scores, atol=1e-6)
+
+
+def test_questions_on_one_pair_share_its_prefix_and_score_as_the_model_card(
+    qwen_budget_model_dir, tiny_qwen3_vl_dir, random_images
+):
+    """T2IS-Bench asks every pair of a case each criterion: the prompt up to the question
+    runs once per pair (LocalBackend.share_prefixes); the scores are the model card's."""
+    rm = PacoReward.from_pretrained(qwen_budget_model_dir, canonical_yes_no=False, batch_size=3)
+    snippet = ModelCardScorer(rm.backend.model, rm.backend.processor)
+    images = random_images(2, size=(64, 64), seed=3) + random_images(2, size=(90, 60), seed=4)
+    texts = ["The fox is the same fox.", "Its tail is as long in every panel, and as red.",
+             "All are watercolour.", "Time goes on from panel to panel."]  # fmt: skip
+    pairs = [(images[i], images[j], t) for i in range(4) for j in range(4) if i != j for t in texts]
+    shared = rm.score_pairs(pairs, template="t2is")
+    question = "Do images meet the following criteria? {} Please answer Yes or No."
+    reference = np.array([snippet.score(a, b, question.format(t)) for a, b, t in pairs])
+    assert reference.std() > 0.01
+    np.testing.assert_allclose(shared, reference, atol=1e-4)
+    same_size = [k for k, (a, b, _) in enumerate(pairs) if a.size == b.size == (64, 64)]  # unpadded
+    np.testing.assert_allclose(rm.score_pairs([pairs[k] for k in same_size], template="t2is"),
+                               reference[same_size], atol=1e-4)  # fmt: skip
+    rm.backend.share_prefixes = False
+    np.testing.assert_allclose(rm.score_pairs(pairs, template="t2is"), shared, atol=2e-6)
+    # Qwen3-VL's DeepStack features take the row-per-question path, with the same scores
+    qwen3 = PacoReward.from_pretrained(tiny_qwen3_vl_dir, canonical_yes_no=False)
+    first = qwen3.score_pairs(pairs[:8], template="t2is")
+    qwen3.backend.share_prefixes = False
+    np.testing.assert_allclose(qwen3.score_pairs(pairs[:8], template="t2is"), first, atol=2e-6)

@@ -15,7 +15,7 @@ def test_corrupt_image_file_is_named(tiny_reward, random_images, tmp_path):
     bad = tmp_path / "panel.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     (good,) = random_images(1)
-    with pytest.raises(InvalidImageError, match=r"pairs\[1\]\[1\].*cannot decode.*panel\.png"):
+    with pytest.raises(InvalidImageError, match=r"pairs\[1\]\[1\].*panel\.png.*not a readable image"):
         tiny_reward.score_pairs([(good, good, "fox"), (good, str(bad), "fox")])
 
 

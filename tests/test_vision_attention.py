@@ -195,7 +195,7 @@ def test_a_vision_attention_of_another_shape_fails_naming_its_class(qwen2_5_dir)
 
     model.model.visual.blocks[2].attn = OtherAttention()
     with pytest.raises(VisionAttentionError, match="OtherAttention.*no attribute 'qkv'"):
-        LocalBackend(model, processor)
+        LocalBackend(model, processor, vision_attention="grouped")
     # nothing was changed before the check failed
     assert not any("forward" in vars(m) for m in vision_attention_modules(model)[:2])
     with pytest.raises(VisionAttentionError, match=r"forward\('self', 'hidden_states'"):

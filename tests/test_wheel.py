@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("paco_reward", "paco_grpo", "data_pipeline")
+PACKAGES = ("paco_reward", "paco_grpo", "data_pipeline", "paco_eval")
 
 # Run in the fresh venv: the installed copy is the one imported, and it scores.
 SCORE = """
@@ -40,7 +40,7 @@ print(score)
 
 
 def shipped_files() -> set[str]:
-    """The files of the three packages in the checkout (git's list): their modules and their
+    """The files of the four packages in the checkout (git's list): their modules and their
     package data; a package's README is for the repository, not for the wheel."""
     tracked = subprocess.run(["git", "ls-files", "-z", *PACKAGES], cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout.split("\0")  # fmt: skip
@@ -49,7 +49,7 @@ def shipped_files() -> set[str]:
 
 def check_wheel_contents(wheel: Path) -> None:
     """The wheel holds exactly the packages' tracked modules and data files, plus its
-    ``.dist-info`` (at ``paco_reward.__version__``, with the three commands and the licence)."""
+    ``.dist-info`` (at ``paco_reward.__version__``, with the four commands and the licence)."""
     import paco_reward
 
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -64,7 +64,7 @@ def check_wheel_contents(wheel: Path) -> None:
     metadata = zipped.read(info + "METADATA").decode()
     assert re.search(rf"^Version: {re.escape(paco_reward.__version__)}$", metadata, re.M)
     entry_points = zipped.read(info + "entry_points.txt").decode()
-    for command in ("paco-reward", "paco-grpo", "paco-data"):
+    for command in ("paco-reward", "paco-grpo", "paco-data", "paco-eval"):
         assert f"{command} = " in entry_points, entry_points
     assert any(n.startswith(info) and n.endswith("/LICENSE") for n in names)
 
@@ -98,3 +98,21 @@ def test_wheel_and_sdist_pass_twine_and_the_wheel_scores_in_a_fresh_venv(tmp_pat
           "--no-index", "--quiet", str(wheel)])  # fmt: skip
     out = _run([str(python), "-c", SCORE, str(tmp_path)], cwd=tmp_path)
     assert 0.0 < float(out.stdout.strip().splitlines()[-1]) < 1.0
+
+
+def test_the_wheel_puts_no_upper_bound_on_transformers(built_wheel):
+    """Only the grouped vision attention depends on transformers' release, and it falls back to
+    transformers' own forward on an unchecked one: the distribution installs beside any
+    transformers from 5.19 on."""
+    from packaging.requirements import Requirement
+
+    import paco_reward
+
+    info = f"paco_rl-{paco_reward.__version__}.dist-info/METADATA"
+    metadata = zipfile.ZipFile(built_wheel).read(info).decode()
+    requirements = [Requirement(line.split(":", 1)[1]) for line in metadata.splitlines()
+                    if line.startswith("Requires-Dist:")]  # fmt: skip
+    (transformers,) = [r for r in requirements if r.name == "transformers" and not r.marker]
+    assert {s.operator for s in transformers.specifier} == {">="}, transformers
+    assert "5.24" in transformers.specifier and "5.19" in transformers.specifier
+    assert "5.18" not in transformers.specifier

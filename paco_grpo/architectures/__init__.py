@@ -2,7 +2,9 @@
 files (no weights): what ``paco-grpo plan`` and ``benchmarks.gpu_check`` build on the meta
 device. Each registered pipeline's spec (:class:`paco_grpo.pipelines.PipelineSpec`) says
 which hub ids it ships and their files; a local pipeline folder's own configs win (see
-:mod:`paco_reward.architectures`).
+:mod:`paco_reward.architectures`). ``published_sizes.json`` gives each file's published
+parameter count and its source (``tests/test_architectures.py`` checks the file against it):
+a new model's architecture files add their entries there.
 
     >>> from paco_grpo.architectures import pipeline_configs
     >>> sorted(pipeline_configs("black-forest-labs/FLUX.1-dev"))

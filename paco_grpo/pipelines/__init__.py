@@ -1,19 +1,10 @@
 """The generators a GRPO run can train, one file per model, registered by name.
 
-- ``flux``: FLUX.1-dev text-to-image (``FluxPipeline``, :class:`FluxGRPOSampler`);
-- ``flux_kontext``: FLUX.1-Kontext editing (``FluxKontextPipeline``,
-  :class:`KontextGRPOSampler`);
-- ``qwen_image``: Qwen-Image text-to-image (``QwenImagePipeline``,
-  :class:`QwenImageGRPOSampler`);
-- ``qwen_image_edit``: Qwen-Image-Edit editing (``QwenImageEditPipeline``,
-  :class:`QwenImageEditGRPOSampler`);
-- ``qwen_image_edit_plus``: Qwen-Image-Edit-2509 / -2511 editing from several references
-  (``QwenImageEditPlusPipeline``, :class:`QwenImageEditPlusGRPOSampler`);
-- ``flux2`` / ``flux2_klein``: FLUX.2-dev / FLUX.2-klein text-to-image (``Flux2Pipeline`` /
-  ``Flux2KleinPipeline``, :class:`Flux2GRPOSampler`);
-- ``sd3``: Stable Diffusion 3 / 3.5 text-to-image (``StableDiffusion3Pipeline``,
-  :class:`SD3GRPOSampler`);
-- ``z_image``: Z-Image text-to-image (``ZImagePipeline``, :class:`ZImageGRPOSampler`).
+Every module of this package other than the shared ones is a model file: it is imported
+here, which registers its :class:`PipelineSpec` (its last line is a :func:`register_pipeline`
+call), and its classes (the model's ``__all__``: its sampler and conditioning) are exported
+from this package. :data:`PIPELINE_SPECS` lists the registered generators, as does
+``paco-grpo train --help`` (``--pipeline``).
 
 Shared pieces: :mod:`~paco_grpo.pipelines.sampling` (the one sampling loop and the hooks a
 model fills in, :class:`GRPOSampler`; :class:`SampleOutput`; the denoising loop
@@ -22,12 +13,15 @@ model fills in, :class:`GRPOSampler`; :class:`SampleOutput`; the denoising loop
 :data:`PIPELINE_SPECS`).
 
 To add a model, write ``paco_grpo/pipelines/<model>.py`` with its sampler and a
-:func:`register_pipeline` call, and import it below (the docs' "Add a model" section).
+:func:`register_pipeline` call (the docs' "Add a model" section): nothing here changes.
 
-    >>> from paco_grpo.pipelines import PIPELINE_SPECS
-    >>> list(PIPELINE_SPECS)
-    ['flux', 'flux2', 'flux2_klein', 'flux_kontext', 'qwen_image', 'qwen_image_edit', 'qwen_image_edit_plus', 'sd3', 'z_image']
+    >>> from paco_grpo.pipelines import PIPELINE_SPECS, FluxGRPOSampler
+    >>> PIPELINE_SPECS["flux"].sampler is FluxGRPOSampler
+    True
 """
+
+import importlib as _importlib
+import pkgutil as _pkgutil
 
 from paco_grpo.pipelines.editing import (
     EditGRPOSampler,
@@ -35,12 +29,6 @@ from paco_grpo.pipelines.editing import (
     prepare_edit_items,
     resize_to_area,
 )
-from paco_grpo.pipelines.flux import FluxConditioning, FluxGRPOSampler
-from paco_grpo.pipelines.flux2 import Flux2Conditioning, Flux2GRPOSampler
-from paco_grpo.pipelines.flux_kontext import KontextGRPOSampler
-from paco_grpo.pipelines.qwen_image import QwenImageConditioning, QwenImageGRPOSampler
-from paco_grpo.pipelines.qwen_image_edit import QwenImageEditGRPOSampler
-from paco_grpo.pipelines.qwen_image_edit_plus import QwenImageEditPlusGRPOSampler
 from paco_grpo.pipelines.registry import (
     PIPELINE_SPECS,
     PipelineSpec,
@@ -53,28 +41,17 @@ from paco_grpo.pipelines.sampling import (
     check_sampling_inputs,
     sde_denoise,
 )
-from paco_grpo.pipelines.sd3 import SD3Conditioning, SD3GRPOSampler
-from paco_grpo.pipelines.z_image import ZImageConditioning, ZImageGRPOSampler
 
+# The modules every model shares; each other module of the package is a model file.
+SHARED_MODULES = ("editing", "registry", "sampling")
+
+# The shared pieces, then each model file's classes (below).
 __all__ = [
     "PIPELINE_SPECS",
     "EditGRPOSampler",
-    "Flux2Conditioning",
-    "Flux2GRPOSampler",
-    "FluxConditioning",
-    "FluxGRPOSampler",
     "GRPOSampler",
-    "KontextGRPOSampler",
     "PipelineSpec",
-    "QwenImageConditioning",
-    "QwenImageEditGRPOSampler",
-    "QwenImageEditPlusGRPOSampler",
-    "QwenImageGRPOSampler",
-    "SD3Conditioning",
-    "SD3GRPOSampler",
     "SampleOutput",
-    "ZImageConditioning",
-    "ZImageGRPOSampler",
     "area_preserving_size",
     "check_sampling_inputs",
     "get_pipeline_spec",
@@ -83,3 +60,13 @@ __all__ = [
     "resize_to_area",
     "sde_denoise",
 ]
+for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda info: info.name):
+    if _info.name in SHARED_MODULES:
+        continue
+    _module = _importlib.import_module(f"{__name__}.{_info.name}")  # registers its spec
+    for _name in _module.__all__:
+        _value = getattr(_module, _name)
+        if isinstance(_value, type) and _value.__module__ == _module.__name__:
+            globals()[_name] = _value
+            __all__.append(_name)
+del _info, _module, _name, _value

@@ -27,7 +27,8 @@ import torch
 from PIL import Image
 
 from paco_grpo.data import PromptItem, edit_references, references_hash
-from paco_grpo.pipelines.sampling import GRPOSampler
+from paco_grpo.pipelines.sampling import GRPOSampler, on_host
+from paco_reward.devices import host_to_device
 from paco_reward.errors import InputError
 from paco_reward.images import ImageInput, image_hash, load_image
 
@@ -210,14 +211,17 @@ class EditGRPOSampler(GRPOSampler):
         self, references: Sequence[Sequence[Image.Image]], device=None, dtype=None
     ) -> torch.Tensor:
         """Per prompt, its references' packed latents one after the other
-        ``(B, seq_ref, C)``; each distinct image is VAE-encoded once."""
-        device = device or self.pipe._execution_device
+        ``(B, seq_ref, C)``; each distinct image is VAE-encoded once and kept on the host
+        (as the prompt encodings: :meth:`encode_prompts`)."""
+        device = torch.device(device or self.pipe._execution_device)
         dtype = dtype or self.pipe.vae.dtype
         keys = [[(image_hash(im), im.size) for im in refs] for refs in references]
         for item_keys, refs in zip(keys, references):
             for key, im in zip(item_keys, refs):
                 if key not in self._image_cache:
                     pixels = self.pipe.image_processor.preprocess(im, im.height, im.width)
-                    self._image_cache[key] = self.encode_reference(pixels.to(device, dtype))[0]
-        latents = [torch.cat([self._image_cache[k] for k in item_keys]) for item_keys in keys]
-        return torch.stack(latents).to(device)
+                    latents = self.encode_reference(pixels.to(device, dtype))[0]
+                    self._image_cache[key] = on_host(latents, device)
+        distinct = dict.fromkeys(k for item_keys in keys for k in item_keys)
+        batch = {k: host_to_device(self._image_cache[k], device) for k in distinct}
+        return torch.stack([torch.cat([batch[k] for k in item_keys]) for item_keys in keys])

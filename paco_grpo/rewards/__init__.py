@@ -18,6 +18,7 @@ next is sampled). Recipe names resolve to classes in :data:`REWARDS` through
 name                       reward
 =========================  ===========================================================
 ``consistency``            PaCo-Reward over all panel pairs of a grid (theme or criteria)
+``t2is_consistency``       T2IS-Bench's consistency protocol (its question per criterion)
 ``clip_t``                 CLIP similarity of each panel with its own description
 ``pickscore``              PickScore of the grid with its prompt, / 26
 ``clip_i``                 mean pairwise CLIP image similarity of the panels
@@ -38,6 +39,7 @@ from paco_grpo.rewards.colour import PanelColourAgreementReward
 from paco_grpo.rewards.consistency import (
     ConsistencyReward,
     EditConsistencyReward,
+    T2ISConsistencyReward,
     load_paco_reward,
 )
 from paco_grpo.rewards.ocr import OCRReader, OCRReward
@@ -57,6 +59,7 @@ __all__ = [
     "PickScoreReward",
     "Reward",
     "RewardLoadError",
+    "T2ISConsistencyReward",
     "acall_reward",
     "build_reward",
     "build_rewards",

@@ -1,4 +1,5 @@
-"""PaCo-Reward rewards: ``consistency`` (image sets / grids) and ``edit_consistency`` (editing).
+"""PaCo-Reward rewards: ``consistency`` (image sets / grids), ``t2is_consistency`` (T2IS-Bench's
+visual-consistency protocol, for a held-out judge) and ``edit_consistency`` (editing).
 
 Both take the evaluator in-process (``PacoReward.from_pretrained``), from a server
 (``server_url=``, one URL or a list of replicas: ``PacoReward.from_server``, which checks at construction that the server
@@ -32,7 +33,7 @@ from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, grid_panels
 from paco_reward.devices import resolve_device
 from paco_reward.errors import ConfigError, InputError, PromptError, RewardServerError
 from paco_reward.grids import split_panel_prompts
-from paco_reward.images import load_image
+from paco_reward.images import load_image, resize_as_requested
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +45,8 @@ __all__ = [
     "load_paco_reward",
 ]
 
-CONSISTENCY_TEMPLATES = ("consistency", "criteria")
+CONSISTENCY_TEMPLATES = ("consistency", "criteria", "t2is")
+T2IS_REQUEST = 512  # the side T2IS-Bench's evaluation asks qwen_vl_utils for (504 after rounding)
 # SC then PF: the two scores of an edit (``PacoReward.score_edit``'s templates).
 EDIT_TEMPLATES = ("edit_consistency", "edit_following")
 # How an edit from several references aggregates its per-reference scores.
@@ -113,9 +115,11 @@ def _is_remote(evaluator) -> bool:
     return getattr(evaluator.backend, "ascore_batch", None) is not None
 
 
-def _criteria_texts(criteria: Any) -> dict[str, list[str]]:
+def _criteria_texts(criteria: Any, titles: bool = True) -> dict[str, list[str]]:
     """``{dimension: [criterion text, ...]}`` from T2IS ``criteria``
-    (``{dimension: {name: description}}``; lists or single strings per dimension also work)."""
+    (``{dimension: {name: description}}``; lists or single strings per dimension also work).
+    Each text is ``"name: description"``, or the description alone with ``titles=False`` (as
+    T2IS-Bench's own evaluation reads them)."""
     if not isinstance(criteria, dict) or not criteria:
         raise PromptError(
             "template='criteria' needs metadata['criteria'] as {dimension: {name: description}} "
@@ -125,7 +129,7 @@ def _criteria_texts(criteria: Any) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for dim, entries in criteria.items():
         if isinstance(entries, dict):
-            texts = [f"{name}: {text}".strip() for name, text in entries.items()]
+            texts = [f"{name}: {text}".strip() if titles else str(text) for name, text in entries.items()]
         elif isinstance(entries, str):
             texts = [entries]
         else:
@@ -170,6 +174,7 @@ class ConsistencyReward(BaseReward):
     """
 
     name = "consistency"
+    default_template = "consistency"
 
     def __init__(
         self,
@@ -178,17 +183,19 @@ class ConsistencyReward(BaseReward):
         server_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         layout: str | None = None,
-        template: str = "consistency",
+        template: str | None = None,
         symmetric: bool = False,
         *,
         device: str | torch.device | None = None,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
+        template = template or self.default_template
         if template not in CONSISTENCY_TEMPLATES:
             raise InputError(
                 f"consistency template must be one of {CONSISTENCY_TEMPLATES} ('consistency': "
-                f"theme, the default; 'criteria': T2IS criteria); got {template!r}."
+                f"theme, the default; 'criteria': T2IS criteria; 't2is': T2IS-Bench's question); "
+                f"got {template!r}."
             )
         self.evaluator = load_paco_reward(
             model, adapter, server_url, api_key, device=device, **load_kwargs
@@ -207,11 +214,13 @@ class ConsistencyReward(BaseReward):
         for k, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             try:
                 panels = grid_panels(image, prompt, meta, self.layout, k)
+                if self.template == "t2is":  # the benchmark asks qwen_vl_utils for 512 x 512
+                    panels = [resize_as_requested(p, T2IS_REQUEST, T2IS_REQUEST) for p in panels]
                 if len(panels) < 2:
                     raise PromptError("a 1x1 layout has no panel pair to score")
                 pairs = list(combinations(panels, 2))
-                if self.template == "criteria":
-                    texts_by_dim = _criteria_texts(meta.get("criteria")).values()
+                if self.template in ("criteria", "t2is"):
+                    texts_by_dim = _criteria_texts(meta.get("criteria"), titles=self.template == "criteria").values()
                 else:
                     # The theme the pairs were labelled under, where the prompt file
                     # keeps it (T2IS, the data pipeline), as data_pipeline.prompts reads it.
@@ -274,6 +283,36 @@ class ConsistencyReward(BaseReward):
         except RewardServerError as err:
             return self._server_failed(plans, err)
         return self._reduce(np.asarray(scores, dtype=np.float64), plans)
+
+
+class T2ISConsistencyReward(ConsistencyReward):
+    """T2IS-Bench's visual consistency as ``paco-eval t2is`` judges it, as a reward: each panel
+    pair asked the benchmark's question (template ``t2is``) once per criterion of
+    ``metadata["criteria"]``, the panels resized as the benchmark's 512 x 512 request, P(Yes)
+    from the exact Yes/No tokens; mean over pairs, criteria, then dimensions. Meant for a
+    ``test:`` section with a judge the policy does not train on (Qwen2.5-VL-7B-Instruct, as
+    Table 3), so a held-out VC is logged beside the training reward
+    (``eval/reward/t2is_consistency/mean``).
+
+    Example:
+        >>> reward = T2ISConsistencyReward("Qwen/Qwen2.5-VL-7B-Instruct")   # doctest: +SKIP
+    """
+
+    name = "t2is_consistency"
+    default_template = "t2is"
+
+    def __init__(
+        self,
+        model: Any = "Qwen/Qwen2.5-VL-7B-Instruct",
+        *args: Any,
+        device: str | torch.device | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("server_url") is None:
+            kwargs.setdefault("canonical_yes_no", False)  # the benchmark's two exact tokens
+        else:
+            kwargs.setdefault("exact_yes_no", True)
+        super().__init__(model, *args, device=device, **kwargs)
 
 
 class EditConsistencyReward(BaseReward):

@@ -1,9 +1,11 @@
 """``ocr``: how well an image renders the text its prompt quotes, read by an OCR model.
 
 The reward of an image is :func:`~paco_grpo.rewards.ocr_text.ocr_score` of what the OCR model
-reads in it against the prompt's quoted text: ``1 - min(1, edit distance / target length)``
-on texts normalised as that module says (NFKC, case-folded, whitespace removed), in [0, 1].
-A prompt without quoted text scores NaN (a :class:`~paco_reward.errors.PromptError`).
+reads in it against the prompt's quoted text, Flow-GRPO's rule by default: 1.0 when the target
+appears in the reading, else ``1 - min(1, edit distance / target length)``, on texts
+normalised as that module says (NFKC, case-folded, whitespace removed), in [0, 1];
+``match="exact"`` charges every extra character read. A prompt without quoted text scores NaN
+(a :class:`~paco_reward.errors.PromptError`).
 
 The OCR model is GOT-OCR 2.0 (``stepfun-ai/GOT-OCR-2.0-hf``, 561 M parameters), loaded with
 transformers' ``AutoModelForImageTextToText`` and ``AutoProcessor`` from a folder or hub id
@@ -18,8 +20,9 @@ model.
 
 Reading is greedy decoding (``do_sample=False``, one beam) from a generation config built here,
 not the checkpoint's, stopping at the end of the assistant's turn or after
-``max_new_tokens``: a reading longer than twice the target already scores 0, so the bound
-costs nothing but time on images that ramble.
+``max_new_tokens``: the target must appear within that many tokens (a short sign's text takes
+a few), and under ``match="exact"`` a reading longer than twice the target already scores 0,
+so the bound costs nothing but time on images that ramble.
 
 Devices: as the CLIP rewards, the model lives on ``reward.device`` with its index (a bare
 ``"cuda"`` or ``None`` is this process's GPU, ``cuda:<LOCAL_RANK>``), so scoring from the
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from paco_grpo.rewards.base import INPUT_ERRORS, BaseReward, model_dtype, positive_int
-from paco_grpo.rewards.ocr_text import ocr_score, quoted_text
+from paco_grpo.rewards.ocr_text import check_ocr_rule, ocr_score, quoted_text
 from paco_reward.devices import resolve_device
 from paco_reward.errors import UnsupportedModelError
 from paco_reward.hub import hub_kwargs
@@ -158,14 +161,19 @@ class OCRReader:
 
 
 class OCRReward(BaseReward):
-    """OCR reward: ``1 - normalised edit distance`` between the prompt's quoted text and what
-    an OCR model reads in the image, in [0, 1] (see :mod:`paco_grpo.rewards.ocr_text` for the
-    normalisation). Prompts are the OCR task's (``'A storefront sign that says "OPEN"'``:
+    """OCR reward, Flow-GRPO's: 1.0 when an OCR model reads the prompt's quoted text in the
+    image, else ``1 - normalised edit distance`` between the two, in [0, 1] (see
+    :mod:`paco_grpo.rewards.ocr_text` for the rule and the normalisation). Prompts are the OCR
+    task's (``'A storefront sign that says "OPEN"'``:
     :func:`paco_grpo.ocr_prompts.generate_ocr_prompts`); one without quoted text scores NaN.
 
     Args:
         model: the OCR model, a GOT-OCR 2.0 folder or hub id (default
             ``stepfun-ai/GOT-OCR-2.0-hf``).
+        match: ``"contains"`` (default, Flow-GRPO's: the target anywhere in the reading scores
+            1.0) or ``"exact"`` (every character read beyond the target costs one edit).
+        spans: the target is the prompt's ``"first"`` quoted text (default, Flow-GRPO's) or
+            ``"all"`` of them joined by a space.
         device / dtype: where the model runs and in what precision (see :class:`OCRReader`).
         **reader_kwargs: ``batch_size``, ``max_new_tokens`` and the hub arguments
             (``revision``, ``cache_dir``, ...) of :class:`OCRReader`.
@@ -182,11 +190,16 @@ class OCRReward(BaseReward):
         self,
         model: str | Path = "stepfun-ai/GOT-OCR-2.0-hf",
         *,
+        match: str = "contains",
+        spans: str = "first",
         device: str | torch.device | None = None,
         dtype: str = "bfloat16",
         **reader_kwargs: Any,
     ) -> None:
         super().__init__()
+        check_ocr_rule(match, spans)  # before the model loads
+        self.match = match
+        self.spans = spans
         self.reader = OCRReader(model, device=device, dtype=dtype, **reader_kwargs)
 
     @property
@@ -198,12 +211,12 @@ class OCRReward(BaseReward):
         pictures, keep = [], []
         for k, (image, prompt) in enumerate(zip(images, prompts)):
             try:
-                quoted_text(prompt)  # a prompt without a target fails before any reading
+                quoted_text(prompt, self.spans)  # a prompt without a target fails before reading
                 pictures.append(load_image(image, f"images[{k}]"))
                 keep.append(k)
             except INPUT_ERRORS as err:
                 self.fail(k, err)
         out = np.full(len(images), np.nan)
         for k, read in zip(keep, self.reader.read(pictures)):
-            out[k] = ocr_score(read, prompts[k])
+            out[k] = ocr_score(read, prompts[k], self.match, self.spans)
         return out

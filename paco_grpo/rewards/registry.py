@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 from paco_grpo.rewards.base import Reward
 from paco_grpo.rewards.clip import CLIPImageReward, CLIPTextReward, PickScoreReward
 from paco_grpo.rewards.colour import PanelColourAgreementReward
-from paco_grpo.rewards.consistency import ConsistencyReward, EditConsistencyReward
+from paco_grpo.rewards.consistency import (
+    ConsistencyReward,
+    EditConsistencyReward,
+    T2ISConsistencyReward,
+)
 from paco_grpo.rewards.ocr import OCRReward
 from paco_reward.errors import ConfigError, InputTypeError, PacoError, PathNotFoundError
 
@@ -34,6 +38,7 @@ class RewardLoadError(PacoError, ValueError):
 
 REWARDS: dict[str, type] = {
     "consistency": ConsistencyReward,
+    "t2is_consistency": T2ISConsistencyReward,
     "clip_t": CLIPTextReward,
     "pickscore": PickScoreReward,
     "clip_i": CLIPImageReward,

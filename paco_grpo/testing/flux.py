@@ -26,8 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.pipelines.flux import FLUX_DEV_SCHEDULER_CONFIG
+from paco_grpo.testing.cases import PROMPTS, ParityCase, TinyCase
 
 _CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + string.punctuation
+
+
+TEST_CASES = {
+    "flux": TinyCase(
+        "recipes/grpo_tiny_cpu.yaml",
+        ParityCase(PROMPTS, (64, 96), 3.5, {"guidance_scale": 3.5, "max_sequence_length": 32},
+                   {"max_sequence_length": 32}),
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny FLUX.1 (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def build_tiny_tokenizers(clip_max_length: int = 77, words: Sequence[str] = ()):

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.pipelines.flux2 import FLUX2_SCHEDULER_CONFIG
+from paco_grpo.testing.cases import PROMPTS, ParityCase, TinyCase
 
 __all__ = [
+    "TEST_CASES",
     "TINY_TEXT_WIDTH",
     "build_tiny_flux2",
     "build_tiny_flux2_klein",
@@ -61,6 +63,21 @@ MISTRAL3_CHAT_TEMPLATE = (
 )
 _MISTRAL3_TOKENS = ["[IMG]", "[IMG_BREAK]", "[IMG_END]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
                     "[INST]", "[/INST]"]  # fmt: skip
+
+
+TEST_CASES = {
+    "flux2": TinyCase(
+        "recipes/grpo_flux2_tiny_cpu.yaml",
+        ParityCase(PROMPTS, (64, 96), 3.5, {"guidance_scale": 3.5, "max_sequence_length": 48},
+                   {"max_sequence_length": 48}),
+    ),
+    "flux2_klein": TinyCase(  # a base klein: true CFG against the empty prompt
+        "recipes/grpo_flux2_klein_tiny_cpu.yaml",
+        ParityCase(PROMPTS, (64, 96), 4.0, {"guidance_scale": 4.0, "max_sequence_length": 48},
+                   {"max_sequence_length": 48}),
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny FLUX.2 models (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def tiny_qwen3_text_encoder(tokenizer, num_hidden_layers: int = 27):

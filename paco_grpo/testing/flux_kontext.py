@@ -17,7 +17,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_tiny_flux_kontext", "write_tiny_edit_prompts"]
+from paco_grpo.testing.cases import ParityCase, TinyCase
+
+__all__ = ["TEST_CASES", "build_tiny_flux_kontext", "write_tiny_edit_prompts"]
+
+
+TEST_CASES = {
+    "flux_kontext": TinyCase(
+        "recipes/grpo_kontext_tiny_cpu.yaml",
+        ParityCase(("make the sky pink",), (48, 80), 2.5,
+                   {"guidance_scale": 2.5, "max_sequence_length": 32, "max_area": 48 * 80,
+                    "_auto_resize": False},
+                   {"max_sequence_length": 32}, references=((80, 48),)),
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny FLUX.1-Kontext (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def build_tiny_flux_kontext(

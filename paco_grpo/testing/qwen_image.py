@@ -25,8 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.pipelines.qwen_image import QWEN_IMAGE_SCHEDULER_CONFIG
+from paco_grpo.testing.cases import PROMPTS, ParityCase, TinyCase
 
-__all__ = ["build_tiny_qwen_image", "tiny_qwen_image_components"]
+__all__ = ["TEST_CASES", "build_tiny_qwen_image", "tiny_qwen_image_components"]
+
+
+# one prompt: Qwen2.5-VL's padded batch rounds differently from one prompt alone
+TEST_CASES = {
+    "qwen_image": TinyCase(
+        "recipes/grpo_qwen_image_tiny_cpu.yaml",
+        ParityCase(PROMPTS[:1], (32, 48), 4.0, {"negative_prompt": " ", "true_cfg_scale": 4.0},
+                   {"negative_prompt": " "}),
+        max_sequence_length=64,  # the tiny tokenizer spends ~48 tokens on the prompt template
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny Qwen-Image (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def tiny_qwen_image_components(

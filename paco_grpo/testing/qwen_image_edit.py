@@ -26,13 +26,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paco_grpo.testing.cases import ParityCase, TinyCase
 from paco_grpo.testing.qwen_image import tiny_qwen_image_components
 
 __all__ = [
+    "TEST_CASES",
     "build_tiny_qwen_image_edit",
     "build_tiny_qwen_image_edit_plus",
     "tiny_qwen_image_edit_components",
 ]
+
+
+TEST_CASES = {
+    # diffusers resizes the reference to 1024^2 px area whatever the output size
+    "qwen_image_edit": TinyCase(
+        "recipes/grpo_qwen_image_edit_tiny_cpu.yaml",
+        ParityCase(("make it red",), (128, 128), 4.0,
+                   {"negative_prompt": " ", "true_cfg_scale": 4.0}, {"negative_prompt": " "},
+                   references=((64, 64),), area=1024 * 1024),
+        resolution=64,  # its tiny VAE downsamples 32x
+    ),
+    # one prompt (diffusers' limit); references at the VAE size, so that both resize them to
+    # their ~384^2 px condition size from the same pixels
+    "qwen_image_edit_plus": TinyCase(
+        "recipes/grpo_qwen_image_edit_plus_tiny_cpu.yaml",
+        ParityCase(("put the cat of picture 2 on the sofa of picture 1",), (128, 128), 4.0,
+                   {"negative_prompt": " ", "true_cfg_scale": 4.0}, {"negative_prompt": " "},
+                   references=((1024, 1024), (1024, 1024))),
+        resolution=64,  # its tiny VAE downsamples 32x
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny Qwen-Image-Edit models
+(:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def tiny_qwen_image_edit_components(seed: int = 0, **transformer_overrides: Any) -> dict:

@@ -24,8 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.pipelines.sd3 import SD35_SCHEDULER_CONFIG
+from paco_grpo.testing.cases import PROMPTS, ParityCase, TinyCase
 
-__all__ = ["build_tiny_sd3", "tiny_sd3_components"]
+__all__ = ["TEST_CASES", "build_tiny_sd3", "tiny_sd3_components"]
+
+
+# one prompt: SD3's CLIP projections round differently in a batch of other prompts
+TEST_CASES = {
+    "sd3": TinyCase(
+        "recipes/grpo_sd35_tiny_cpu.yaml",
+        ParityCase(PROMPTS[:1], (64, 96), 4.5, {"guidance_scale": 4.5, "max_sequence_length": 32},
+                   {"max_sequence_length": 32}, copies=3),
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny SD3 (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def tiny_sd3_components(seed: int = 0, **transformer_overrides: Any) -> dict:

@@ -23,8 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from paco_grpo.pipelines.z_image import Z_IMAGE_TURBO_SCHEDULER_CONFIG
+from paco_grpo.testing.cases import PROMPTS, ParityCase, TinyCase
 
-__all__ = ["build_tiny_z_image", "tiny_z_image_components"]
+__all__ = ["TEST_CASES", "build_tiny_z_image", "tiny_z_image_components"]
+
+
+# CFG (above a guidance of 0) against the empty prompt, as the pipeline's default
+TEST_CASES = {
+    "z_image": TinyCase(
+        "recipes/grpo_zimage_tiny_cpu.yaml",
+        ParityCase(PROMPTS[:1], (32, 48), 4.0, {"guidance_scale": 4.0, "max_sequence_length": 64},
+                   {"max_sequence_length": 64}),
+        max_sequence_length=64,
+    ),
+}  # fmt: skip
+"""How the shared tests run the tiny Z-Image (:class:`~paco_grpo.testing.cases.TinyCase`)."""
 
 
 def tiny_z_image_components(seed: int = 0, **transformer_overrides: Any) -> dict:

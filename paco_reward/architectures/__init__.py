@@ -24,6 +24,7 @@ from paco_reward.errors import ArchitectureError
 
 __all__ = [
     "ArchitectureError",
+    "LIBRARY_CLASSES",
     "MODELS",
     "build_empty",
     "default_dtype_set_to",
@@ -40,7 +41,9 @@ SHIPPED = Path(__file__).parent
 # (its published config.json); PickScore is a CLIP-ViT-H-14. GOT-OCR 2.0 (the ``ocr`` reward's
 # reader): the converted checkpoint's text config (a Qwen2-0.5B decoder) with its vision tower
 # written out; the published file leaves it at transformers' GotOcr2VisionConfig defaults
-# (SAM ViT-B: 1024 px, 16 px patches, 12 layers of 768).
+# (SAM ViT-B: 1024 px, 16 px patches, 12 layers of 768). DINOv3 ViT-L/16 (GARDO's image
+# feature model, paco_grpo.features): its published config.json (24 layers of 1024, 16 heads,
+# 4 register tokens, no key bias).
 MODELS: dict[str, str] = {
     "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b.json",
     "X-GenGroup/PaCo-Reward-7B": "qwen2_5_vl_7b.json",
@@ -49,6 +52,17 @@ MODELS: dict[str, str] = {
     "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": "clip_vit_h_14.json",
     "yuvalkirstain/PickScore_v1": "clip_vit_h_14.json",
     "stepfun-ai/GOT-OCR-2.0-hf": "got_ocr2.json",
+    "zhiqiulin/clip-flant5-xxl": "clip_flant5_xxl.json",
+    "openai/clip-vit-large-patch14": "clip_vit_l_14.json",
+    "facebook/dinov3-vitl16-pretrain-lvd1689m": "dinov3_vitl16.json",
+}
+
+# Architectures whose class is this library's, not transformers' (name -> module). VQAScore's
+# CLIP-FlanT5: google/flan-t5-xxl's published config, the vision fields t2v-metrics trains
+# it with (ModelArguments: CLIP ViT-L/14-336, mlp2x_gelu, layer -2) and, written out for the
+# meta device, the vision tower's own config (openai/clip-vit-large-patch14-336's).
+LIBRARY_CLASSES: dict[str, str] = {
+    "CLIPT5ForConditionalGeneration": "paco_reward.clip_t5",
 }
 
 
@@ -91,10 +105,15 @@ def build_empty(config: dict[str, Any], dtype=None):
 
             cls = getattr(diffusers, config["_class_name"])
             return cls.from_config({k: v for k, v in config.items() if not k.startswith("_")})
+        import importlib
+
         import transformers
 
         (name,) = config["architectures"][:1]
-        cls = getattr(transformers, name)
+        if name in LIBRARY_CLASSES:  # importing it registers its config with AutoConfig
+            cls = getattr(importlib.import_module(LIBRARY_CLASSES[name]), name)
+        else:
+            cls = getattr(transformers, name)
         hf_config = transformers.AutoConfig.for_model(**config)
         return cls._from_config(hf_config)
 

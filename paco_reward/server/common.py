@@ -98,7 +98,21 @@ def check_api_key(request: Request, api_key: str | None) -> None:
 def served_entry(served: Mapping[str, _Entry], name: object, where: str = "server") -> _Entry:
     """What ``served`` holds for the ``model`` a request names, or the 404 that lists the
     served names."""
-    if not isinstance(name, str) or name not in served:
+    if name is None:  # not "model `None` does not exist": the field is what is missing
+        raise RequestError(
+            f"the request body has no 'model' field; add \"model\": one of {sorted(served)} "
+            "(see /v1/models).",
+            status=400,
+            code="model_missing",
+        )
+    if not isinstance(name, str):
+        raise RequestError(
+            f"'model' must be a string naming a served model, one of {sorted(served)}; got "
+            f"{type(name).__name__} {name!r}.",
+            status=400,
+            code="invalid_model",
+        )
+    if name not in served:
         raise RequestError(
             f"The model `{name}` does not exist. This {where} serves {sorted(served)} "
             "(see /v1/models).",

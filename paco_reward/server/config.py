@@ -1,4 +1,5 @@
-"""``ServerConfig``: limits and batching of ``paco-reward serve`` (every served model's)."""
+"""``ServerConfig``: limits and batching of ``paco-reward serve`` (every served model's);
+``ConnectionLimits``: the connection settings it shares with ``paco-reward gateway``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,60 @@ from dataclasses import dataclass, field
 from paco_reward.errors import ConfigError
 
 
+@dataclass(kw_only=True)  # after a subclass's positional fields (ServerConfig("name"))
+class ConnectionLimits:
+    """How long a client may take to send a request, how many connections are served at
+    once, how long a stop (SIGTERM, Ctrl-C) waits for requests in flight, and whether each
+    request is logged: the settings
+    both ``paco-reward serve`` and ``paco-reward gateway`` pass to uvicorn
+    (:func:`paco_reward.server.limits.uvicorn_options`).
+
+    Example:
+        >>> ConnectionLimits(request_timeout=5).max_connections
+        1024
+    """
+
+    request_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "seconds a client has to send a whole request (head and body) from when it "
+            "connects or its previous request ends; past it the connection is closed (a slow "
+            "or stalled client holds no socket for longer)"
+        },
+    )
+    max_connections: int = field(
+        default=1024,
+        metadata={
+            "help": "connections (and requests in flight) served at once; past it new requests "
+            "get 503 at once (clients retry)"
+        },
+    )
+    shutdown_timeout: float = field(
+        default=10.0,
+        metadata={
+            "help": "seconds a stop (SIGTERM, Ctrl-C) waits for requests in flight before "
+            "cancelling them and closing every connection"
+        },
+    )
+
+    access_log: bool = field(
+        default=False,
+        metadata={
+            "help": "log one line per request on stdout (client, request line, status: "
+            "uvicorn's access log); off by default"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("request_timeout", "shutdown_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds; got {getattr(self, name)}.")
+        if self.max_connections < 1:
+            raise ConfigError(f"max_connections must be >= 1; got {self.max_connections}.")
+
+
 @dataclass
-class ServerConfig:
+class ServerConfig(ConnectionLimits):
     """Settings of the reward server. The defaults are the safe ones (loopback only,
     bounded bodies and images).
 
@@ -64,6 +117,7 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.served_model_name is not None and (
             not isinstance(self.served_model_name, str) or not self.served_model_name.strip()
         ):

@@ -25,7 +25,7 @@ import struct
 from PIL import Image, UnidentifiedImageError
 
 from paco_reward.errors import PacoError
-from paco_reward.images import load_image
+from paco_reward.images import decode_failure, load_image
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -112,8 +112,13 @@ def decode_image_bytes(data: bytes, name: str, max_pixels: int) -> Image.Image:
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         if isinstance(err, RequestError):
             raise
+        reason = (
+            "not in one of those formats"
+            if isinstance(err, UnidentifiedImageError)
+            else decode_failure(err)
+        )
         raise RequestError(
-            f"{name}: bytes are not a decodable {'/'.join(ALLOWED_FORMATS)} image ({err})."
+            f"{name}: its bytes are not a decodable {'/'.join(ALLOWED_FORMATS)} image ({reason})."
         ) from None
     return load_image(image, name)
 

@@ -1,6 +1,6 @@
 """Limits on how a request reaches a uvicorn server, whatever its framing: the reward server,
-the gateway and ``paco-data annotate`` hold their body limits with the first, and
-``paco-data annotate`` its receive deadline with the second.
+the gateway and ``paco-data annotate`` hold their body limits with the first, and their
+receive deadlines with the second.
 
 * :class:`BodyLimitMiddleware` (ASGI) answers instead of the app once a body exceeds its limit,
   by the ``Content-Length`` it declares or by the bytes actually received: a chunked body, or
@@ -10,6 +10,8 @@ the gateway and ``paco-data annotate`` hold their body limits with the first, an
   request: a client that sends half a request (head or body) and stalls, or trickles it, is
   disconnected. uvicorn itself only times out idle keep-alive connections, and resets that
   timer on every byte received.
+* :func:`uvicorn_options`: that protocol with a server's concurrency limit, shutdown
+  bound and access log, as ``paco-reward serve`` and ``paco-reward gateway`` run uvicorn.
 
     >>> app.add_middleware(BodyLimitMiddleware, max_bytes=65536, too_large=refusal)  # doctest: +SKIP
     >>> uvicorn.run(app, http=request_deadline_protocol(10.0))                       # doctest: +SKIP
@@ -18,6 +20,7 @@ the gateway and ``paco-data annotate`` hold their body limits with the first, an
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import logging
 from collections.abc import Callable
@@ -150,3 +153,42 @@ def request_deadline_protocol(request_timeout: float) -> Callable[..., H11Protoc
     {'request_timeout': 10.0}
     """
     return functools.partial(RequestDeadlineH11Protocol, request_timeout=request_timeout)
+
+
+def uvicorn_log_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging config with its own messages at WARNING and, with ``access_log``,
+    its access log (one line per request on stdout: client, request line, status) at INFO.
+    (uvicorn's ``log_level`` sets both loggers to one level, so a quiet server could not keep
+    a request log.)
+
+    >>> uvicorn_log_config(True)["loggers"]["uvicorn.access"]["level"]
+    'INFO'
+    """
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["uvicorn"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.error"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.access"]["level"] = "INFO" if access_log else "WARNING"
+    return config
+
+
+def uvicorn_options(limits) -> dict[str, Any]:
+    """The ``uvicorn.run`` / ``uvicorn.Config`` keyword arguments of a server's
+    :class:`~paco_reward.server.config.ConnectionLimits` (a ``ServerConfig`` or a
+    ``GatewayConfig``): h11 with the request deadline, the concurrency limit, the
+    graceful-shutdown bound and the access log (off by default).
+
+    >>> from paco_reward.server.config import ConnectionLimits
+    >>> options = uvicorn_options(ConnectionLimits(request_timeout=5, max_connections=8))
+    >>> options["limit_concurrency"], options["timeout_graceful_shutdown"], options["access_log"]
+    (8, 10.0, False)
+    """
+    return {
+        "http": request_deadline_protocol(limits.request_timeout),
+        "limit_concurrency": limits.max_connections,
+        "timeout_graceful_shutdown": limits.shutdown_timeout,
+        "access_log": limits.access_log,
+        "log_level": None,  # the levels are log_config's
+        "log_config": uvicorn_log_config(limits.access_log),
+    }

@@ -14,6 +14,7 @@ checkpoint such as ``openai/clip-vit-base-patch32`` would::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,8 @@ def build_tiny_clip(
     }
     text.update(overrides.pop("text_config", {}))
     vision.update(overrides.pop("vision_config", {}))
-    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16, **overrides)
+    overrides.setdefault("projection_dim", 16)
+    config = CLIPConfig(text_config=text, vision_config=vision, **overrides)
     torch.manual_seed(seed)
     model = CLIPModel(config).to(torch.float32).eval()
     model.save_pretrained(output_dir)
@@ -164,4 +166,8 @@ def build_tiny_clip(
         crop_size={"height": image_size, "width": image_size},
     )
     CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(output_dir)
+    # Published CLIP folders keep the image processor in preprocessor_config.json too, where
+    # transformers 4 (the reference code some tests run) reads it.
+    processor = json.loads((output_dir / "processor_config.json").read_text())["image_processor"]
+    (output_dir / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
     return output_dir

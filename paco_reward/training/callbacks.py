@@ -28,39 +28,60 @@ def read_metrics(output_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot_metrics(rows: list[dict], path: str | Path, warmup_steps: int = 0) -> Path | None:
-    """Plot training loss (and held-out decision accuracy when logged) against the step;
-    a dashed line marks the end of the reasons-first warm-up."""
+def metrics_figure(rows: list[dict], warmup_steps: int = 0):
+    """The figure :func:`plot_metrics` saves, or ``None`` with nothing to draw.
+
+    Every series has markers (a run of one logged step is a visible point, not an empty
+    line); the x-axis spans the logged steps, and the warm-up's end is marked only when it
+    falls inside them (a warm-up longer than the run would stretch the axis past the data);
+    the loss axis fits the train and held-out losses."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    held_out = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
     evals = [
         (r["step"], r["eval_decision_accuracy"]) for r in rows if "eval_decision_accuracy" in r
     ]
-    if not train and not evals:
+    if not train and not held_out and not evals:
         return None
-    path = Path(path)
+    steps = [step for step, _ in train + held_out + evals]
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
-        ax.plot(*zip(*train), label="train loss", color="tab:blue")
-    if warmup_steps:
+        ax.plot(*zip(*train), ".-", label="train loss", color="tab:blue")
+    if held_out:
+        ax.plot(*zip(*held_out), "s--", label="held-out loss", color="tab:green")
+    if warmup_steps and min(steps) <= warmup_steps <= max(steps):
         ax.axvline(warmup_steps, color="gray", linestyle="--", label="end of reasons-first warm-up")
+    low, high = min(steps), max(steps)
+    pad = max((high - low) * 0.03, 0.5)
+    ax.set_xlim(low - pad, high + pad)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     if evals:
         acc = ax.twinx()
         acc.plot(*zip(*evals), "o-", label="held-out decision accuracy", color="tab:orange")
-        acc.set_ylim(0, 1.02)
+        acc.set_ylim(0, 1.02)  # an accuracy: its own axis, always 0..1
         acc.set_ylabel("accuracy")
         acc.legend(loc="lower right")
-    if train or warmup_steps:
+    if ax.get_lines():
         ax.legend(loc="upper right")
-    ax.set_title("PaCo-Reward SFT")
+    title = "PaCo-Reward SFT"
+    if warmup_steps > high:
+        title += f" (reasons-first warm-up: {warmup_steps} steps, beyond this run)"
+    ax.set_title(title)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
+
+
+def plot_metrics(rows: list[dict], path: str | Path, warmup_steps: int = 0) -> Path | None:
+    """Plot training and held-out loss (and held-out decision accuracy when logged) against
+    the step as a PNG at ``path``; a dashed line marks the end of the reasons-first warm-up
+    (:func:`metrics_figure`). Returns ``path``, or ``None`` with nothing to draw."""
+    fig = metrics_figure(rows, warmup_steps)
+    return None if fig is None else save_figure(fig, Path(path))
 
 
 class MetricsFileCallback(TrainerCallback):

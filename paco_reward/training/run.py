@@ -19,7 +19,49 @@ from typing import Any
 from paco_reward.training.sft_config import PacoSFTConfig
 from paco_reward.yaml_config import SAVED_CONFIG
 
-__all__ = ["run_training"]
+__all__ = ["check_sft_output_dir", "final_evaluation", "run_training"]
+
+
+def final_evaluation(trainer) -> dict[str, Any]:
+    """The held-out metrics of the trained weights: the evaluation the trainer ran at its last
+    step (transformers evaluates there under ``eval_strategy: steps``), or a new one when
+    there was none or ``load_best_model_at_end`` loaded other weights since."""
+    history = trainer.state.log_history
+    last = next((row for row in reversed(history) if "eval_loss" in row), None)
+    if (
+        last is not None
+        and last.get("step") == trainer.state.global_step
+        and not trainer.args.load_best_model_at_end
+    ):
+        return {k: v for k, v in last.items() if k != "step"}
+    return trainer.evaluate()
+
+
+def check_sft_output_dir(config: PacoSFTConfig, is_main_process: bool = True) -> str:
+    """Refuse an ``output_dir`` that holds another run's checkpoints or metrics
+    (:func:`paco_reward.output_dirs.check_output_dir`): transformers' rotation would delete
+    that run's checkpoints and ``metrics.jsonl`` would mix both. ``overwrite_output_dir``
+    deletes them (on the main process); a resume or the folder's own saved config may use
+    the folder. Returns how it is used (``"new"``, ``"resume"``, ``"same"``, ...)."""
+    import yaml
+
+    from paco_reward.output_dirs import check_output_dir
+    from paco_reward.training.callbacks import METRICS_FILE, PLOT_FILE
+
+    if config.overwrite_output_dir and not is_main_process:
+        return "overwritten"  # the main process deletes; the others wait for it
+    folder = Path(config.output_dir)
+    saved = folder / SAVED_CONFIG
+    return check_output_dir(
+        folder,
+        config.to_plain(),
+        markers=["checkpoint-*", METRICS_FILE],
+        outputs=["checkpoint-*", METRICS_FILE, PLOT_FILE, "final_metrics.json", SAVED_CONFIG],
+        saved_config=yaml.safe_load(saved.read_text()) if saved.is_file() else None,
+        resume=bool(config.resume_from_checkpoint),
+        overwrite=config.overwrite_output_dir,
+        what="training run",
+    )
 
 
 def run_training(config: PacoSFTConfig) -> dict[str, Any]:
@@ -32,12 +74,18 @@ def run_training(config: PacoSFTConfig) -> dict[str, Any]:
     """
     from paco_reward.launch import check_single_job
     from paco_reward.planning import check_plan
-    from paco_reward.training.loading import build_trainer, model_init_kwargs
+    from paco_reward.training.loading import (
+        build_or_locate_model,
+        build_trainer,
+        model_init_kwargs,
+    )
     from paco_reward.training.merge import merge_lora
     from paco_reward.training.model_card import recipe_dict, write_model_card
     from paco_reward.training.planning import plan_sft
 
     check_single_job(config.world_size)  # before the model loads
+    if config.tiny_model:  # built first, so the plan reads its config (not "No memory plan")
+        build_or_locate_model(config)
     sharded = bool(config.deepspeed) or getattr(config, "deepspeed_plugin", None) is not None
     main_process = config.process_index == 0
     check_plan(
@@ -46,12 +94,14 @@ def run_training(config: PacoSFTConfig) -> dict[str, Any]:
         config.device, skip=config.skip_plan_check, is_main_process=main_process,
     )  # fmt: skip
     output_dir = Path(config.output_dir)
+    with config.main_process_first(desc="output_dir check"):  # the main one deletes first
+        check_sft_output_dir(config, main_process)
     if main_process:  # before training, so a run that stops still says how it was launched
         config.to_yaml(output_dir / SAVED_CONFIG)
     trainer = build_trainer(config)
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     trainer.save_model(str(output_dir))
-    metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
+    metrics = final_evaluation(trainer) if trainer.eval_dataset is not None else {}
     # Every process trains and evaluates (collectives); one writes the files.
     if not trainer.is_world_process_zero():
         return metrics

@@ -19,6 +19,7 @@ one (``{"key": value}`` overrides on top), :meth:`~PacoSFTConfig.to_yaml` writes
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ from paco_reward.errors import ConfigError
 from paco_reward.hub import check_kwargs
 from paco_reward.training.loss import LOSS_MODES
 from paco_reward.yaml_config import YAMLConfig
+
+logger = logging.getLogger(__name__)
 
 TOY_DATASET = "toy-colour-pairs"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -268,6 +271,16 @@ class PacoSFTConfig(YAMLConfig, SFTConfig):
             "alone exceed the GPU (paco-reward plan)."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start fresh in an output_dir that holds another run's checkpoints or "
+            "metrics, deleting them (checkpoint-*, metrics.jsonl, loss_curve.png, "
+            "final_metrics.json). Without it such a folder is refused unless the run resumes "
+            "(resume_from_checkpoint) or its saved training_config.yaml is this run's "
+            "(transformers' Trainer's name)."
+        },
+    )
     save_merged: bool = field(
         default=False,
         metadata={
@@ -300,6 +313,15 @@ class PacoSFTConfig(YAMLConfig, SFTConfig):
         if self.reasoning_warmup_steps < 0:
             raise ConfigError(
                 f"reasoning_warmup_steps must be >= 0; got {self.reasoning_warmup_steps!r}."
+            )
+        if 0 < self.max_steps <= self.reasoning_warmup_steps:
+            logger.warning(
+                "reasoning_warmup_steps=%d is not below max_steps=%d: every step trains "
+                "reasons-first, the decision token is never trained answer-first and "
+                "decision_accuracy stays at chance. Lower --reasoning_warmup_steps (0 turns the "
+                "warm-up off) or raise --max_steps.",
+                self.reasoning_warmup_steps,
+                self.max_steps,
             )
         if self.reasoning_warmup_steps and self.dataloader_num_workers:
             raise ConfigError(

@@ -312,3 +312,19 @@ def test_pixels_do_not_decide_ground_truth_pairs():
         auc(SyntheticWorld(seed=0, pose=False, lighting=False)),
     )
     assert varied < 0.65 and still > varied + 0.15, (varied, still)
+
+
+def test_a_work_folder_of_another_world_is_refused_unless_overwritten(tmp_path):
+    from data_pipeline.pipeline import SyntheticConfig, make_synthetic_inputs
+    from paco_reward.errors import OutputDirInUseError
+
+    small = SyntheticConfig(n_prompts=2, grids_per_prompt=2, layouts=["2x2"], seed=0)
+    make_synthetic_inputs(tmp_path, small)
+    grids = sorted(p.relative_to(tmp_path) for p in (tmp_path / "inputs").rglob("*.png"))
+    make_synthetic_inputs(tmp_path, small)  # the same world: resumes
+    other = SyntheticConfig(n_prompts=1, grids_per_prompt=2, layouts=["2x2"], seed=1)
+    with pytest.raises(OutputDirInUseError, match=rf"{tmp_path}.*--overwrite_output_dir true"):
+        make_synthetic_inputs(tmp_path, other)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "inputs").rglob("*.png")) == grids
+    make_synthetic_inputs(tmp_path, other, overwrite=True)  # emptied: only the new world's grids
+    assert len(list((tmp_path / "inputs").rglob("*.png"))) == 2

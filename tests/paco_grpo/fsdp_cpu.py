@@ -114,7 +114,7 @@ def _recording_train(self):
         "lora_units": lora_units(acc.unwrap_model(self.model)),
         "reduce_scatters": REDUCE_SCATTERS[0],
         "optimizer_steps": sum(
-            row["train/optimizer_steps"] for row in history if row["epoch"] >= self.start_epoch
+            row["train/optimizer_steps"] for row in history if row["epoch"] > self.start_epoch
         ),
         "epochs": [row["epoch"] for row in history],
     }

@@ -71,10 +71,10 @@ def _record_rollout(sample_epoch):
 
 
 def _record_advantages(train_epoch):
-    def wrapped(self, samples, advantages, epoch):
+    def wrapped(self, samples, advantages, epoch, *rest, **kwargs):  # rest: GARDO's kl_gate
         RECORD["epochs"][-1]["advantages"] = [float(a) for a in advantages]
         RECORD["group_keys"] = [str(self.group_key(it)) for it in self.items]
-        return train_epoch(self, samples, advantages, epoch)
+        return train_epoch(self, samples, advantages, epoch, *rest, **kwargs)
 
     return wrapped
 

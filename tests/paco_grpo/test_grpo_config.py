@@ -90,10 +90,11 @@ def test_every_field_has_help():
 
 def test_unknown_keys_fail(tmp_path):
     """An unknown key, a misspelling or a name this config does not use, fails naming it
-    and listing the valid keys of its section."""
+    and its closest valid key (a section's valid keys listed when they are few)."""
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lerning_rate'\]"):
         GRPOConfig.from_dict({**BASE, "lerning_rate": 1.0})
-    with pytest.raises(ConfigError, match=r"\['max_epochs'\] for GRPOConfig; valid keys: .*'num_"):
+    closest = r"\['max_epochs'\] for GRPOConfig \(did you mean .*'num_train_epochs'\?\); \d+ valid"
+    with pytest.raises(ConfigError, match=closest):
         GRPOConfig.from_dict({**BASE, "max_epochs": 1})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['train.resolutoin'\]"):
         GRPOConfig.from_dict({**BASE, "train": {"resolutoin": 512}})
@@ -253,7 +254,7 @@ def test_cli_trains_tiny_recipe(tmp_path, capsys):
         ]
     )
     assert code == 0
-    assert "epoch 1: reward/panel_colour_agreement/mean=" in capsys.readouterr().out
+    assert "epoch 2: reward/panel_colour_agreement/mean=" in capsys.readouterr().out
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 2
 
 
@@ -288,3 +289,19 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     assert cfg.adam_epsilon == 1e-8 and cfg.learning_rate == 3e-4
     with pytest.raises(ConfigError, match="learning_rate must be a number; got 'fast'"):
         GRPOConfig.from_yaml(recipe, {"learning_rate": "fast"})
+
+
+def test_a_missing_tiny_model_names_the_command_that_builds_it(tmp_path, monkeypatch, capsys):
+    """``paco-grpo train recipes/grpo_tiny_cpu.yaml`` before ``paco-grpo tiny-flux tiny_flux``
+    said "see the stacktrace above" (none was shown); the recipe's first line names the fix."""
+    from paco_grpo.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)  # no tiny_flux here
+    code = main(["train", str(root / "recipes" / "grpo_tiny_cpu.yaml"), "--prompt_file",
+                 str(root / "recipes" / "data" / "tiny_prompts.txt")])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "model_name_or_path 'tiny_flux' does not exist" in err
+    assert "`paco-grpo tiny-flux tiny_flux`: run that first" in err
+    assert not (tmp_path / "grpo_tiny_output").exists()  # refused before anything ran

@@ -1,5 +1,6 @@
 """GRPO on two processes (torchrun + gloo on CPU) against one: the learning-rate schedule
-per optimizer step, and resuming a two-process checkpoint bit for bit on both ranks."""
+per optimizer step, and resuming a two-process checkpoint bit for bit on both ranks (also
+with GARDO's reference adapter, its resets and the diversity-aware advantage)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from paco_grpo.grpo_config import GRPOConfig
+from paco_grpo.testing.features import build_tiny_dinov3
 from paco_grpo.testing.flux import build_tiny_flux
 
 RECIPE = "recipes/grpo_tiny_cpu.yaml"
@@ -80,7 +82,7 @@ def test_two_processes_follow_the_one_process_lr_schedule_and_resume_bit_for_bit
                    per_device_train_batch_size=8,
                    resume_from_checkpoint=str(checkpoint))  # fmt: skip
     for rank in (0, 1):
-        assert [r["epoch"] for r in resumed[rank]["history"]] == [1]
+        assert [r["epoch"] for r in resumed[rank]["history"]] == [2]
         assert resumed[rank]["history"][0] == two[rank]["history"][1], rank
         assert resumed[rank]["lora_sha256"] == two[rank]["lora_sha256"], rank
     assert two[0]["history"][1]["train/loss"] != two[1]["history"][1]["train/loss"]  # ranks differ
@@ -91,3 +93,34 @@ def test_two_processes_follow_the_one_process_lr_schedule_and_resume_bit_for_bit
     assert saved == GRPOConfig.from_yaml(
         RECIPE, {**_common(flux_dir, tmp_path / "two"), "per_device_train_batch_size": 8}
     )
+
+
+@pytest.mark.slow
+def test_two_processes_reset_checkpoint_and_resume_the_reference_adapter_bit_for_bit(
+    flux_dir, tmp_path
+):
+    dino = build_tiny_dinov3(tmp_path / "dino")
+    gardo = {"num_train_epochs": 3, "per_device_train_batch_size": 8, "beta": 0.05,
+             "kl_reference": "adapter", "reference_reset_kl": 1e-12,
+             "feature_model": str(dino), "diversity_advantage": True}  # fmt: skip
+    two = _run(2, tmp_path / "two", **{**_common(flux_dir, tmp_path / "two"), **gardo})
+    for rank in (0, 1):
+        resets = [row["gardo/reference_reset"] for row in two[rank]["history"]]
+        # epoch 0 trains at warm-up lr 0 (the policy stays the reference: KL 0); epoch 1's
+        # steps move it, KL > 1e-12 marks a reset, done at epoch 2 (the resumed run too)
+        assert resets == [0, 0, 1], (rank, resets)
+    for row0, row1 in zip(two[0]["history"], two[1]["history"]):  # gathered: the same
+        shared = [k for k in row0 if k.startswith(("hacking/", "gardo/", "reward/"))]
+        assert {k: row0[k] for k in shared} == {k: row1[k] for k in shared}
+    assert two[0]["reference_sha256"] == two[1]["reference_sha256"]
+    checkpoint = tmp_path / "two" / "checkpoints" / "checkpoint-00002"
+    assert (checkpoint / "reference_adapter.safetensors").is_file()
+    assert (checkpoint / "gardo_state.json").is_file()
+    resumed = _run(2, tmp_path / "resumed",
+                   **{**_common(flux_dir, tmp_path / "resumed"), **gardo,
+                      "resume_from_checkpoint": str(checkpoint)})  # fmt: skip
+    for rank in (0, 1):
+        assert [r["epoch"] for r in resumed[rank]["history"]] == [3]
+        assert resumed[rank]["history"][0] == two[rank]["history"][2], rank
+        assert resumed[rank]["lora_sha256"] == two[rank]["lora_sha256"], rank
+        assert resumed[rank]["reference_sha256"] == two[rank]["reference_sha256"], rank

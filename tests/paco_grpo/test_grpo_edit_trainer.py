@@ -135,9 +135,9 @@ def test_groups_are_keyed_by_prompt_id_and_image_hash(kontext_dir, tmp_path):
     captured = {}
     train_epoch = trainer.train_epoch
 
-    def spy(samples, advantages, epoch):
+    def spy(samples, advantages, epoch, gate=None):
         captured["samples"], captured["advantages"] = samples, advantages
-        return train_epoch(samples, advantages, epoch)
+        return train_epoch(samples, advantages, epoch, gate)
 
     trainer.train_epoch = spy
     row = trainer.run_epoch(0)

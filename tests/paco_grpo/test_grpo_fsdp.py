@@ -95,7 +95,7 @@ def test_fsdp2_two_processes_step_per_window_evaluate_save_and_resume(flux_dir, 
     for rank in _ranks(first):
         assert rank["distributed_type"] == "DistributedType.FSDP" and rank["fsdp_version"] == 2
         assert rank["fsdp_module"] and rank["lora_dtensors"] == rank["lora_params"] == 28
-        assert rank["epochs"] == [0, 1, 2]
+        assert rank["epochs"] == [1, 2, 3]
         # one optimizer step per accumulation window, and the gradients reduce-scattered once
         # per window, not per timestep, by each of the 4 units with LoRA weights: the root
         # (x_embedder, proj_out), norm_out (accelerate's tail unit), the two blocks
@@ -103,7 +103,7 @@ def test_fsdp2_two_processes_step_per_window_evaluate_save_and_resume(flux_dir, 
         assert rank["lora_units"] == 4
         assert rank["reduce_scatters"] == rank["optimizer_steps"] * rank["lora_units"]
     rows = _metrics(first)
-    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
     for row in rows:
         assert row["train/optimizer_steps"] == WINDOWS_PER_EPOCH
         assert len(row["train/lr_per_step"]) == WINDOWS_PER_EPOCH

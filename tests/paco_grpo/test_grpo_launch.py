@@ -137,9 +137,15 @@ def _launch(config: Path, nproc: int, runs: dict[str, dict], out: Path) -> dict[
 
 
 # Recipes whose launch is another recipe's: they differ from it only in what this test
-# replaces (the rewards and their arguments, in training and evaluation), so launching them
+# replaces (the rewards and their arguments, in training and evaluation) and GARDO's options
+# (run on N processes by test_grpo_distributed and test_gardo_trainer), so launching them
 # too would prove nothing new; test_recipes_that_share_a_launch_differ_only_in_rewards checks it.
-SAME_LAUNCH = {"recipes/grpo_flux_t2is_cross_judge.yaml": "recipes/grpo_flux_t2is.yaml"}
+SAME_LAUNCH = {
+    "recipes/grpo_flux_t2is_cross_judge.yaml": "recipes/grpo_flux_t2is.yaml",
+    "recipes/grpo_flux_t2is_gardo.yaml": "recipes/grpo_flux_t2is.yaml",
+}
+GARDO_FIELDS = ("feature_model", "diversity_advantage", "kl_reference", "reference_reset_kl",
+                "reference_reset_epochs", "kl_gate_rewards", "kl_gate_kappa", "beta")  # fmt: skip
 GRPO_RECIPES = sorted(
     str(p)
     for p in Path("recipes").glob("grpo_*.yaml")
@@ -169,7 +175,7 @@ def test_every_registered_pipeline_has_a_real_size_recipe_that_names_a_launch():
 def _launch_shape(recipe: str) -> tuple:
     """A recipe's accelerate config and fields, less those this test replaces."""
     data = yaml.safe_load(Path(recipe).read_text())
-    for key in ("rewards", "reward_kwargs", "output_dir"):
+    for key in ("rewards", "reward_kwargs", "output_dir", *GARDO_FIELDS):
         data.pop(key, None)
     data["test"] = {
         k: v for k, v in (data.get("test") or {}).items() if k not in ("rewards", "reward_kwargs")
@@ -180,7 +186,8 @@ def _launch_shape(recipe: str) -> tuple:
 def test_recipes_that_share_a_launch_differ_only_in_rewards():
     for recipe, same in SAME_LAUNCH.items():
         assert _launch_shape(recipe) == _launch_shape(same), recipe
-        assert GRPOConfig.from_yaml(recipe).separate_test_rewards()  # a recipe of its own
+        cfg = GRPOConfig.from_yaml(recipe)
+        assert cfg.separate_test_rewards() or cfg.kl_gate_rewards  # a recipe of its own
 
 
 @pytest.mark.slow

@@ -189,7 +189,7 @@ def test_the_second_launch_resumes_the_first_ones_checkpoint(launched):
         assert a["lora_resumed"] == a["lora_trained"] and b["lora_resumed"] == b["lora_trained"]
     out = launched["work"] / launched["cfg"].output_dir
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [row["epoch"] for row in rows] == [0, 1]
+    assert [row["epoch"] for row in rows] == [1, 2]
     assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == [
         "checkpoint-00001",
         "checkpoint-00002",

@@ -5,7 +5,8 @@ model, its checkpoint loaded by the diffusers pipeline; the default LoRA targets
 architecture; what the GPU check fakes of the text encoder.
 
 Each test is parametrized over :data:`~paco_grpo.pipelines.PIPELINE_SPECS`: a new model is
-covered by registering it and adding its line to ``TINY`` (tests/paco_grpo/conftest.py)."""
+covered by its file's registration and the test case beside its tiny builder (``TEST_CASES``,
+read by tests/paco_grpo/conftest.py)."""
 
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ def _pipeline(model_dir: Path, name: str):
 
 
 # ---------------------------------------------------------------- the registry
-def test_every_registered_pipeline_has_a_test_line_a_tiny_recipe_and_a_real_one(tiny):
-    assert set(tiny) == set(PIPELINE_SPECS)
+def test_every_registered_pipeline_has_a_test_case_a_tiny_recipe_and_a_real_one(tiny):
+    missing = [name for name in PIPELINE_SPECS if name not in tiny]
+    assert not missing, f"no TEST_CASES entry beside the tiny builders of {missing}"
     real = {GRPOConfig.from_yaml(r).pipeline for r in REAL_SIZE}
     assert real == set(PIPELINE_SPECS)
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -267,7 +269,7 @@ def test_one_grpo_step_changes_the_lora_and_a_resume_continues(name, tiny, tiny_
     assert resumed.start_epoch == 1
     loaded = _lora(resumed.transformer)
     assert all(torch.equal(loaded[k], trained[k]) for k in trained)
-    assert [r["epoch"] for r in resumed.train()] == [1]
+    assert [r["epoch"] for r in resumed.train()] == [2]  # counted from 1, as checkpoints
     assert any(not torch.equal(v, trained[k]) for k, v in _lora(resumed.transformer).items())
 
 
@@ -433,3 +435,61 @@ def test_qwen_image_pads_prompts_of_different_lengths_as_diffusers(tiny_pipeline
     assert len(sampler._text_cache) == 3  # two prompts and the negative one
     with pytest.raises(InputError, match="at most 1024 for Qwen-Image; got 2048"):
         get_pipeline_spec("qwen_image").sampler(pipe, max_sequence_length=2048)
+
+
+# ---------------------------------------------------------------- what the caches keep
+def _device_bytes(cache: dict) -> dict[str, int]:
+    """Bytes of a sampler cache's tensors by device type."""
+    out: dict[str, int] = {}
+    for value in cache.values():
+        for t in value if isinstance(value, tuple) else (value,):
+            out[t.device.type] = out.get(t.device.type, 0) + t.numel() * t.element_size()
+    return out
+
+
+def test_the_caches_stay_on_the_host_and_each_batch_is_copied_to_its_device(tiny_pipeline_dir):
+    """Prompt encodings and an edit's reference latents are cached in host memory whatever
+    the device they are used on: 120 distinct prompts leave nothing on the device, and a
+    cached batch asked for on another device (the meta device, standing in for a GPU) comes
+    back there, one copy per distinct prompt, while the cache stays on the host."""
+    pipe = _pipeline(tiny_pipeline_dir("flux"), "flux")
+    sampler = get_pipeline_spec("flux").sampler(pipe, max_sequence_length=32)
+    prompts = [f"a fox number {k}" for k in range(120)]
+    for start in range(0, len(prompts), 40):
+        sampler.encode_prompts(prompts[start : start + 40], "cpu")
+    assert len(sampler._text_cache) == 120
+    assert set(_device_bytes(sampler._text_cache)) == {"cpu"}  # nothing on a device
+    group = [prompts[7]] * 4 + [prompts[8]] * 4
+    moved = sampler.encode_prompts(group, "meta")
+    assert {t.device.type for text in moved for t in text} == {"meta"}
+    assert moved[0][0] is moved[3][0] and moved[0][0] is not moved[4][0]  # one copy a prompt
+    assert len(sampler._text_cache) == 120 and set(_device_bytes(sampler._text_cache)) == {"cpu"}
+    with torch.no_grad():  # as encode_prompts encodes (autograd picks other CPU kernels)
+        alone = sampler.encode_text(prompts[7], "cpu")
+    assert torch.equal(sampler.encode_prompts(group, "cpu")[0][0], alone[0])
+
+    kontext = _pipeline(tiny_pipeline_dir("flux_kontext"), "flux_kontext")
+    editor = get_pipeline_spec("flux_kontext").sampler(kontext, max_sequence_length=32)
+    references = [[_image(32, 32, seed=k)] for k in range(3)]
+    latents = editor.encode_references(references, "cpu")
+    assert set(_device_bytes(editor._image_cache)) == {"cpu"} and len(editor._image_cache) == 3
+    again = editor.encode_references(references, "meta")
+    assert again.device.type == "meta" and again.shape == latents.shape
+    assert set(_device_bytes(editor._image_cache)) == {"cpu"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_prompt_cache_is_pinned_host_memory(tiny_pipeline_dir):
+    """On CUDA: encoding 200 distinct prompts leaves no more on the GPU than one batch's
+    copies, and the cache is page-locked host memory."""
+    pipe = diffusers.FluxPipeline.from_pretrained(tiny_pipeline_dir("flux")).to("cuda")
+    sampler = get_pipeline_spec("flux").sampler(pipe, max_sequence_length=32)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for start in range(0, 200, 20):
+        batch = sampler.encode_prompts([f"a fox number {k}" for k in range(start, start + 20)])
+    torch.cuda.synchronize()
+    one_batch = sum(t.numel() * t.element_size() for text in batch for t in text)
+    assert torch.cuda.memory_allocated() - before <= one_batch
+    assert set(_device_bytes(sampler._text_cache)) == {"cpu"}
+    assert all(t.is_pinned() for text in sampler._text_cache.values() for t in text)

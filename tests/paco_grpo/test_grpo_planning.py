@@ -18,12 +18,7 @@ from paco_grpo.architectures import pipeline_configs
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.planning import plan_grpo
 from paco_reward import planning
-from paco_reward.architectures import (
-    ArchitectureError,
-    build_empty,
-    count_parameters,
-    model_config,
-)
+from paco_reward.architectures import build_empty, count_parameters, model_config
 from paco_reward.errors import ConfigError
 from paco_reward.planning import GiB, PlanError, check_plan
 
@@ -182,6 +177,17 @@ def test_the_ocr_recipe_plans_its_reader_in_every_process():
     verdict = f"{plan.per_process_bytes / GiB:.1f} GiB of"
     assert f"fits, {verdict}" in open(recipe).read()
 
+    # The prompt encodings: a micro-batch's copies on the GPU (T5's 512 x 4096 and CLIP's
+    # pooled 768 per prompt, bfloat16), the cache of the 1,000 + 100 prompts in host memory.
+    per_prompt = (512 * 4096 + 768) * 2
+    (encodings,) = [c for c in plan.components if c.kind == "inputs"]
+    assert encodings.name == "prompt encodings: 6 copied from the host"
+    assert encodings.bytes == 6 * per_prompt
+    host = plan.facts["prompt_encodings_in_host_memory"]
+    assert host == (f"{per_prompt / 2**20:.1f} MiB a distinct prompt, pinned, in each process: "
+                    f"{1100 * per_prompt / GiB:.1f} GiB for the 1,100 prompts of the prompt files")  # fmt: skip
+    assert "4.3 GiB" in host and "prompt encodings in host memory: 4.0 MiB" in plan.table()
+
 
 CROSS_JUDGE = "recipes/grpo_flux_t2is_cross_judge.yaml"
 
@@ -209,6 +215,63 @@ def test_the_cross_judge_recipe_counts_its_test_judge():
     assert gemma.parameters == pytest.approx(4.30e9, rel=0.01)
     assert gemma.bytes == 2 * gemma.parameters  # bfloat16, the scorer's dtype on a GPU
     assert local.per_process_bytes - served.per_process_bytes == gemma.bytes
+
+
+GARDO = "recipes/grpo_flux_t2is_gardo.yaml"
+
+
+def test_the_gardo_recipe_counts_its_feature_model_and_reference_adapter():
+    """GARDO's FLUX.1 recipe is the paper's plus the DINOv3 ViT-L/16 feature model (built from
+    its shipped config, float32), the reference adapter (the LoRA's size, bfloat16) and the
+    PickScore auxiliary; the verdict is the one its comment quotes."""
+    gardo = plan_grpo(GRPOConfig.from_yaml(GARDO), num_processes=7, gpu_memory_gb=80)
+    paper = plan_grpo(GRPOConfig.from_yaml("recipes/grpo_flux_t2is.yaml"), num_processes=7)
+    parts = {c.name: c for c in gardo.components}
+    dino = parts["feature model: facebook/dinov3-vitl16-pretrain-lvd1689m"]
+    assert dino.parameters == count_parameters(build_empty(model_config(dino.name.split(": ")[1])))
+    assert dino.parameters == pytest.approx(300e6, rel=0.02) and dino.bytes == 4 * dino.parameters
+    lora = parts["LoRA parameters"].parameters
+    reference = parts["reference adapter (GARDO)"]
+    assert reference.parameters == lora and reference.bytes == 2 * lora
+    pickscore = parts["reward pickscore: yuvalkirstain/PickScore_v1"]
+    added = dino.bytes + reference.bytes + pickscore.bytes
+    assert gardo.per_process_bytes - paper.per_process_bytes == added
+    verdict = f"fits, {gardo.per_process_bytes / GiB:.1f} GiB of 80"
+    assert gardo.fits is True and verdict in open(GARDO).read()
+    sharded = plan_grpo(GRPOConfig.from_yaml(GARDO), num_processes=7, sharded=True)
+    assert {c.name: c for c in sharded.components}["reference adapter (GARDO)"].parameters == (
+        lora // 7
+    )
+
+
+def test_the_gardo_rows_are_what_the_trainer_builds(flux_dir, tmp_path):
+    """The planned feature model and reference adapter against a bf16 trainer's own: the same
+    parameter counts and bytes (the reference adapter stays in the model's dtype)."""
+    from accelerate.state import AcceleratorState
+
+    from paco_grpo.grpo_trainer import GRPOTrainer
+
+    AcceleratorState._reset_state()  # a bf16 trainer after fp32 ones in this process
+    from paco_grpo.policy import REFERENCE_ADAPTER, adapter_params
+    from paco_grpo.testing.features import build_tiny_dinov3
+
+    overrides = {
+        "model_name_or_path": str(flux_dir), "output_dir": str(tmp_path), "report_to": [],
+        "dtype": "bfloat16", "bf16": True, "beta": 0.01, "kl_reference": "adapter",
+        "feature_model": str(build_tiny_dinov3(tmp_path / "dino")), "use_ema": False,
+    }  # fmt: skip
+    cfg = GRPOConfig.from_yaml("recipes/grpo_tiny_cpu.yaml", overrides)
+    parts = {c.name: c for c in plan_grpo(cfg).components}
+    trainer = GRPOTrainer(cfg)
+    reference = adapter_params(trainer.accelerator.unwrap_model(trainer.model), REFERENCE_ADAPTER)
+    planned = parts["reference adapter (GARDO)"]
+    assert planned.parameters == sum(p.numel() for p in reference.values())
+    assert planned.bytes == sum(p.numel() * p.element_size() for p in reference.values())
+    features = trainer.rollout.features.model
+    planned = parts[f"feature model: {cfg.feature_model}"]
+    assert planned.parameters == sum(p.numel() for p in features.parameters())
+    assert planned.bytes == sum(p.numel() * p.element_size() for p in features.parameters())
+    AcceleratorState._reset_state()  # fp32 trainers after this one
 
 
 def test_test_rewards_with_their_training_arguments_are_the_training_instances(flux_dir, tmp_path):
@@ -271,16 +334,17 @@ def test_start_up_refuses_a_certain_failure_before_anything_loads(flux_dir, tmp_
 
 def test_rewards_the_caller_built_are_listed_not_read_from_the_config(flux_dir, tmp_path, caplog):
     """``GRPOTrainer(config, rewards=...)`` (the demo's RL arms): the config's clip_i names
-    no model, so its default (an architecture not shipped) would fail the plan; the
-    caller's tiny CLIP is the reward that runs, and the plan says it is not counted."""
+    no model, so the config alone plans its default (CLIP ViT-L/14, an architecture shipped
+    for the aesthetic predictor); the caller's tiny CLIP is the reward that runs, and the
+    plan says it is not counted."""
     from paco_grpo.grpo_trainer import GRPOTrainer
     from paco_grpo.rewards import CLIPImageReward
     from paco_reward.testing.clip import build_tiny_clip
 
     cfg = _tiny_config(flux_dir, tmp_path / "run")
     cfg.rewards = {"clip_i": 1.0}
-    with pytest.raises(ArchitectureError, match="'openai/clip-vit-large-patch14'"):
-        plan_grpo(cfg)  # what the config alone says
+    (default,) = [c for c in plan_grpo(cfg).components if c.kind == "reward"]
+    assert default.bytes > 100e6  # what the config alone says: the ViT-L/14 default, counted
     clip = CLIPImageReward(build_tiny_clip(tmp_path / "clip"))
     with caplog.at_level(logging.WARNING, logger="paco_reward.planning"):
         trainer = GRPOTrainer(cfg, rewards={"clip_i": clip})

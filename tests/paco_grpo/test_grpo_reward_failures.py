@@ -70,14 +70,14 @@ def test_a_reward_that_fails_every_item_stops_the_first_epoch_before_training(fl
         trainer.train()
     err = caught.value
     assert (err.reward, err.num_failed, err.num_samples, err.epoch) == (
-        "panel_colour_agreement", 8, 8, 0
+        "panel_colour_agreement", 8, 8, 1
     )  # fmt: skip
     # the first five reasons (two sampling calls of four images)
     assert err.reasons == [
         f"images[{k}]: the judge at http://judge:8000/v1 is gone" for k in (0, 1, 2, 3, 0)
     ]
     message = str(err)
-    assert "Reward 'panel_colour_agreement' failed on 8 of 8 samples of epoch 0" in message
+    assert "Reward 'panel_colour_agreement' failed on 8 of 8 samples of epoch 1" in message
     assert "http://judge:8000/v1" in message and "No checkpoint was written yet" in message
     # no optimizer step, no checkpoint, no logged epoch
     assert trainer.global_step == 0 and trainer.history == []
@@ -186,7 +186,7 @@ def test_killing_the_reward_server_stops_the_run_and_resume_finishes_it(
             time.sleep(0.01)
         server.kill()  # SIGKILL once epoch 0 is checkpointed: in-flight requests are cut
         killed_after = len(_checkpoints(out))
-        assert killed_after == 1, "epoch 0 did not finish; the test proves nothing"
+        assert killed_after == 1, "epoch 1 did not finish; the test proves nothing"
         _, stderr = run.communicate(timeout=300)  # a hung rank would time out here
         assert run.returncode != 0, stderr[-3000:]
 
@@ -198,8 +198,9 @@ def test_killing_the_reward_server_stops_the_run_and_resume_finishes_it(
             assert "Reward 'consistency' failed on" in line and server.base_url in line, line
             assert "RewardServerError" in line and "--resume_from_checkpoint latest" in line
         stopped_at = int(stops[0].split("samples of epoch ")[1].split()[0])
-        assert stopped_at in (killed_after, killed_after + 1), stops[0]
-        assert len(_checkpoints(out)) == stopped_at  # nothing saved for the failed epoch
+        # epochs count from 1: stopping in epoch n leaves the n - 1 finished ones saved
+        assert stopped_at in (killed_after + 1, killed_after + 2), stops[0]
+        assert len(_checkpoints(out)) == stopped_at - 1  # nothing saved for the failed epoch
 
         # the server comes back on its port; the run resumes from its last checkpoint
         server.start()
@@ -210,7 +211,7 @@ def test_killing_the_reward_server_stops_the_run_and_resume_finishes_it(
         )  # fmt: skip
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        assert [r["epoch"] for r in rows] == [0, 1, 2]
+        assert [r["epoch"] for r in rows] == [1, 2, 3]
         assert all(np.isfinite(r["reward/consistency/mean"]) for r in rows)
         assert _checkpoints(out)[-1] == "checkpoint-00003"
     finally:

@@ -109,7 +109,7 @@ def test_every_reward_holding_a_model_takes_a_device_by_name():
 
     from paco_grpo.rewards.registry import _takes_device
 
-    holding_a_model = {"clip_t", "pickscore", "clip_i", "consistency", "edit_consistency", "ocr"}
+    holding_a_model = {"clip_t", "pickscore", "clip_i", "consistency", "t2is_consistency", "edit_consistency", "ocr"}
     assert {name for name, cls in REWARDS.items() if _takes_device(cls)} == holding_a_model
     for name in holding_a_model:
         parameter = inspect.signature(REWARDS[name]).parameters["device"]

@@ -1,6 +1,7 @@
 """The ``ocr`` reward: its edit distance and score against rapidfuzz's Levenshtein on many
-seeded random strings, the quoted-text rules, and the reward on a tiny random GOT-OCR 2.0
-built offline against that model's own greedy ``generate`` on the same images."""
+seeded random strings, the default rule against Flow-GRPO's released OCR reward restated here,
+the quoted-text rules, and the reward on a tiny random GOT-OCR 2.0 built offline against that
+model's own greedy ``generate`` on the same images."""
 
 from __future__ import annotations
 
@@ -34,14 +35,29 @@ def _random_string(rng: random.Random, longest: int = 24) -> str:
     return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, longest)))
 
 
-def _expected_score(read: str, target: str) -> float:
-    """The score spelt out independently: NFKC, casefold, whitespace out; rapidfuzz distance."""
+def _expected_score(read: str, target: str, match: str = "contains") -> float:
+    """The score spelt out independently: NFKC, casefold, whitespace out; 1.0 for a reading
+    that holds the target under ``contains``, else the clipped rapidfuzz distance."""
 
     def norm(s: str) -> str:
         return re.sub(r"\s+", "", unicodedata.normalize("NFKC", s).casefold())
 
     t = norm(target)
+    if match == "contains" and t in norm(read):
+        return 1.0
     return 1.0 - min(1.0, Levenshtein.distance(norm(read), t) / len(t))
+
+
+# Flow-GRPO's OCR reward as released (yifan123/flow_grpo @ ac4c86e, flow_grpo/ocr.py,
+# OcrScorer.__call__), restated for one image from reading it: the prompt's text between its
+# first pair of straight quotes; reading and target lower-cased with their spaces removed; no
+# distance when the target is in the reading, else their Levenshtein distance, at most the
+# target's length; the reward 1 - distance / length. (PaddleOCR's lines are joined with "".)
+def _flow_grpo_reward(recognized_text: str, prompt: str) -> float:
+    target = prompt.split('"')[1].replace(" ", "").lower()
+    text = recognized_text.replace(" ", "").lower()
+    dist = 0 if target in text else Levenshtein.distance(text, target)
+    return 1 - min(dist, len(target)) / len(target)
 
 
 # ---------------------------------------------------------------- the text side
@@ -62,11 +78,69 @@ def test_ocr_score_is_one_minus_the_clipped_normalized_distance():
         read, target = _random_string(rng), _random_string(rng)
         if not normalize_text(target):
             continue
-        score = ocr_score(read, f'A sign that says "{target}"')
-        assert score == pytest.approx(_expected_score(read, target), abs=1e-12), (read, target)
-        assert 0.0 <= score <= 1.0
-        scores.append(score)
+        prompt = f'A sign that says "{target}"'
+        for match in ("exact", "contains"):
+            score = ocr_score(read, prompt, match=match)
+            expected = _expected_score(read, target, match)
+            assert score == pytest.approx(expected, abs=1e-12), (read, target, match)
+            assert 0.0 <= score <= 1.0
+        scores.append(ocr_score(read, prompt, match="exact"))
     assert len(scores) > 1500 and len(set(scores)) > 50  # the check saw many distinct scores
+
+
+# ASCII as Flow-GRPO's prompts and PaddleOCR's readings hold it: both cases, spaces, digits,
+# punctuation; letters that collide often, so that readings often hold their target.
+FLOW_GRPO_ALPHABET = "abcABC  1.-!"
+
+
+def test_the_default_rule_is_flow_grpos_ocr_reward():
+    """On seeded random readings and prompts of one to three quoted spans (the target, a
+    slice of the reading, often), the default score equals the released function's, case and
+    spaces included; ``match="exact"`` differs exactly where the reading holds more than the
+    target."""
+    rng = random.Random(2)
+
+    def text(longest: int) -> str:
+        return "".join(rng.choice(FLOW_GRPO_ALPHABET) for _ in range(rng.randint(1, longest)))
+
+    seen = {"contains": 0, "distance": 0, "exact_lower": 0}
+    for _ in range(3000):
+        read = text(16)
+        start = rng.randrange(len(read))
+        first = read[start : start + rng.randint(1, 6)] if rng.random() < 0.5 else text(8)
+        if first.replace(" ", "") == "":
+            continue  # Flow-GRPO divides by zero there; ours is a PromptError (below)
+        if rng.random() < 0.5:
+            first = first.swapcase()
+        others = "".join(f' and "{text(6)}"' for _ in range(rng.randint(0, 2)))
+        prompt = f'A sign that says "{first}"{others} in neon'
+        released = _flow_grpo_reward(read, prompt)
+        assert ocr_score(read, prompt) == pytest.approx(released, abs=1e-12), (read, prompt)
+        exact = ocr_score(read, prompt, match="exact")
+        target = first.replace(" ", "").lower()
+        holds = target in read.replace(" ", "").lower()
+        seen["contains" if holds else "distance"] += 1
+        if holds and read.replace(" ", "").lower() != target:
+            assert exact < released == 1.0, (read, prompt)
+            seen["exact_lower"] += 1
+        elif not holds:
+            assert exact == released, (read, prompt)
+    assert min(seen.values()) > 300, seen  # every branch was exercised, many times
+
+    # the issue's example, and the normalisation of case and spaces
+    sign = 'A sign: "open"'
+    assert _flow_grpo_reward("OPEN NOW", sign) == ocr_score("OPEN NOW", sign) == 1.0
+    assert ocr_score("OPEN NOW", sign, match="exact") == 0.25
+    assert ocr_score("o P e N", sign) == _flow_grpo_reward("o P e N", sign) == 1.0
+    prompt = 'A mug that says "Good" and a plate that says "Morning"'
+    assert ocr_score("GOOD", prompt) == _flow_grpo_reward("GOOD", prompt) == 1.0  # the first span
+    assert ocr_score("GOOD", prompt, spans="all") == pytest.approx(1 - 7 / 11)
+    with pytest.raises(PromptError, match="is empty"):
+        ocr_score("OPEN", 'A sign that says "  "')
+    with pytest.raises(ValueError, match=r"match must be one of \('contains', 'exact'\)"):
+        ocr_score("OPEN", 'A sign: "open"', match="fuzzy")
+    with pytest.raises(ValueError, match=r"spans must be one of \('first', 'all'\)"):
+        quoted_text('A sign: "open"', spans="last")
 
 
 def test_normalization_ignores_case_whitespace_and_width_but_not_punctuation():
@@ -78,20 +152,25 @@ def test_normalization_ignores_case_whitespace_and_width_but_not_punctuation():
     assert ocr_score("open 24/7", prompt) == 1.0
     assert ocr_score("OPEN 24-7", prompt) == pytest.approx(1 - 1 / 8)  # "open24/7": 8
     assert ocr_score("", prompt) == 0.0  # read nothing: as far from the text as can be
-    assert ocr_score("OPEN 24/7 OPEN 24/7 OPEN", prompt) == 0.0  # clipped at 0
+    assert ocr_score("OPEN 24/7 OPEN 24/7 OPEN", prompt, match="exact") == 0.0  # clipped at 0
+    assert ocr_score("OPEN 24/7 OPEN 24/7 OPEN", prompt) == 1.0  # but it holds the text
 
 
-def test_quoted_text_joins_every_quoted_span_and_refuses_prompts_without_one():
-    assert quoted_text('A mug that says "Good" and a plate, “Morning”') == "Good Morning"
+def test_quoted_text_reads_the_first_or_every_span_and_refuses_prompts_without_one():
+    assert quoted_text('A mug that says "Good" and a plate, “Morning”') == "Good"
+    assert quoted_text('A mug that says "Good" and a plate, “Morning”', "all") == "Good Morning"
+    assert quoted_text('A mug that says “Good” and a plate, "Morning"') == "Good"
     assert quoted_text("""A sign saying "Don't Stop" by Joe's diner""") == "Don't Stop"
     # two spans read as one run of characters: the OCR model may read them on one line
-    assert ocr_score("GOODMORNING", 'A mug "Good" and a plate "Morning"') == 1.0
+    prompt = 'A mug "Good" and a plate "Morning"'
+    assert ocr_score("GOODMORNING", prompt, match="exact", spans="all") == 1.0
     for prompt, match in [
         ("A storefront at dusk", "no quoted text"),
         ("Joe's diner, 'OPEN'", "no quoted text"),  # single quotes are not read
         ('A sign that says "OPEN', "unbalanced double quotes"),
         ('A sign that says “OPEN"', "unbalanced double quotes"),
         ('A sign that says "  "', "quoted text .* is empty"),
+        ('A sign that says " " and "OPEN"', "quoted text .* is empty"),  # the first span
         (None, "must be a string"),
     ]:
         with pytest.raises(PromptError, match=match):
@@ -163,12 +242,14 @@ def test_the_reward_scores_the_tiny_models_own_reading_of_each_image(ocr_dir, im
     assert expected[:2] == [1.0, 1.0] and 0 < expected[2] < 1
     assert readings[3] == readings[4] or expected[3] < 1
 
-    for batch_size in (16, 4):
+    for batch_size, match in ((16, "contains"), (4, "exact")):
         reward = build_reward("ocr", model=str(ocr_dir), device="cpu", dtype="float32",
-                              batch_size=batch_size, max_new_tokens=MAX_NEW_TOKENS)  # fmt: skip
+                              batch_size=batch_size, max_new_tokens=MAX_NEW_TOKENS,
+                              match=match)  # fmt: skip
         assert reward.reader.read([]) == []
         scores = reward(images, prompts, [{}] * len(images))
-        np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
+        want = [_expected_score(r, t, match) for r, t in zip(own_readings, targets[:-1])]
+        np.testing.assert_allclose(scores, want + [np.nan], rtol=0, atol=1e-12)
         assert reward.num_failed == 1
         (reason,) = reward.pop_failure_reasons()
         assert reason.startswith("images[5]: PromptError: no quoted text in 'A storefront'")
@@ -188,6 +269,8 @@ def test_the_reward_loads_on_the_process_device_and_refuses_other_families(ocr_d
         OCRReward(tiny_model_dir)  # an image-text-to-text model, but no OCR model
     with pytest.raises(ValueError, match="max_new_tokens must be a positive integer; got 0"):
         OCRReward(ocr_dir, max_new_tokens=0)
+    with pytest.raises(ValueError, match="match must be one of"):
+        OCRReward(ocr_dir, match="substring")
     with pytest.raises(ValueError, match="dtype must be one of"):
         OCRReward(ocr_dir, dtype="float8")
     with pytest.raises(ValueError, match=r"does not accept the arguments \['model', 'revison'\]"):
@@ -275,7 +358,7 @@ def test_the_tiny_ocr_recipe_trains_on_the_ocr_reward(ocr_dir, tmp_path, monkeyp
     before = [p.detach().clone() for p in trainer.params]
     history = trainer.train()
 
-    assert [row["epoch"] for row in history] == [0, 1]
+    assert [row["epoch"] for row in history] == [1, 2]
     for row in history:
         assert 0 <= row["reward/ocr/mean"] <= 1 and row["reward/ocr/num_nan"] == 0
         assert row["reward/ocr/std"] > 0  # the group's images were told apart

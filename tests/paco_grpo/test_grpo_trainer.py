@@ -13,7 +13,7 @@ from paco_grpo import RewardFailureError
 from paco_grpo.grpo_config import GRPOConfig
 from paco_grpo.grpo_trainer import GRPOTrainer, grpo_loss
 from paco_grpo.testing.flux import build_tiny_flux
-from paco_reward.errors import ConfigError
+from paco_reward.errors import ConfigError, OutputDirInUseError
 
 RECIPE = "recipes/grpo_tiny_cpu.yaml"
 REWARD = "reward/panel_colour_agreement/mean"
@@ -101,11 +101,11 @@ def test_first_update_is_on_policy_and_metrics_are_logged(flux_dir, tmp_path):
     # evaluation: 3 prompts in batches of 2 over 1 process -> 3 images, no padded duplicate
     assert row["eval/num_images"] == 3 and row["eval/resolution"] == 64
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["epoch"] == 0
+    assert json.loads(lines[0])["epoch"] == 1
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
     assert list((tmp_path / "paco-grpo").glob("events.*"))
-    assert (tmp_path / "samples" / "train_epoch_00000.png").is_file()
-    assert (tmp_path / "samples" / "eval_epoch_00000.png").is_file()
+    assert (tmp_path / "samples" / "train_epoch_00001.png").is_file()
+    assert (tmp_path / "samples" / "eval_epoch_00001.png").is_file()
     ckpt = tmp_path / "checkpoints" / "checkpoint-00001"
     for name in ("pytorch_lora_weights.safetensors", "trainer_state.json", "optimizer.bin",
                  "scheduler.bin", "random_states_0.pkl", "ema_shadow_params.safetensors"):  # fmt: skip
@@ -135,7 +135,7 @@ def test_resume_is_bit_for_bit_and_keeps_last_checkpoints(flux_dir, tmp_path):
     )
     assert resumed_trainer.start_epoch == 2
     resumed = resumed_trainer.train()
-    assert [r["epoch"] for r in resumed] == [2]
+    assert [r["epoch"] for r in resumed] == [3]
     for key, value in straight[2].items():
         if not key.startswith("time/"):
             assert resumed[0][key] == value, key
@@ -180,6 +180,48 @@ def test_resume_latest_without_checkpoint_fails(flux_dir, tmp_path):
         GRPOTrainer(_config(flux_dir, tmp_path, resume_from_checkpoint="latest"))
     with pytest.raises(FileNotFoundError, match="is not a checkpoint folder"):
         GRPOTrainer(_config(flux_dir, tmp_path, resume_from_checkpoint=str(tmp_path)))
+
+
+def test_a_reused_output_dir_is_refused_unless_resumed_overwritten_or_the_same_run(
+    flux_dir, tmp_path
+):
+    common = {"save_epochs": 1, "save_total_limit": 2, "test.eval_epochs": 0,
+              "num_iterations": 1, "num_sample_images": 0}  # fmt: skip
+    first = GRPOTrainer(_config(flux_dir, tmp_path, num_train_epochs=2, **common))
+    first.train()
+    checkpoints = tmp_path / "checkpoints"
+    kept = ["checkpoint-00001", "checkpoint-00002"]
+
+    def rows() -> list[int]:
+        lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["epoch"] for line in lines]
+
+    # another run (other epochs) into the folder: refused before anything loads, nothing lost
+    with pytest.raises(OutputDirInUseError, match=rf"{tmp_path}.*--overwrite_output_dir true"):
+        GRPOTrainer(_config(flux_dir, tmp_path, num_train_epochs=1, **common))
+    assert sorted(p.name for p in checkpoints.iterdir()) == kept and rows() == [1, 2]
+
+    # resuming it: latest is the first run's newest checkpoint, and its metrics continue
+    resumed = GRPOTrainer(
+        _config(flux_dir, tmp_path, num_train_epochs=3, resume_from_checkpoint="latest", **common)
+    )
+    assert resumed.start_epoch == 2
+    resumed.train()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-00002", "checkpoint-00003"]
+    assert rows() == [1, 2, 3]
+
+    # the same config started again: allowed, and its metrics are its own
+    again = GRPOTrainer(_config(flux_dir, tmp_path, num_train_epochs=3, **common))
+    assert again.start_epoch == 0 and not again.history
+    again.train()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-00002", "checkpoint-00003"]
+    assert rows() == [1, 2, 3]
+
+    # overwrite_output_dir: the earlier outputs are deleted, the new run's alone remain
+    GRPOTrainer(
+        _config(flux_dir, tmp_path, num_train_epochs=1, overwrite_output_dir=True, **common)
+    ).train()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-00001"] and rows() == [1]
 
 
 def test_trainer_rejects_bad_setup(flux_dir, tmp_path):
@@ -246,7 +288,7 @@ def test_item_resolutions_and_failed_rewards(flux_dir, tmp_path):
     trainer.config.max_failed_fraction = 0.2
     steps = trainer.global_step
     with pytest.raises(
-        RewardFailureError, match=r"(?s)2 of 8 samples of epoch 1 \(25%.*gave no reason"
+        RewardFailureError, match=r"(?s)2 of 8 samples of epoch 2 \(25%.*gave no reason"
     ):
         trainer.run_epoch(1)
     assert trainer.global_step == steps
@@ -302,7 +344,7 @@ def test_two_processes_gather_rewards_and_eval_without_duplicates(flux_dir, tmp_
     (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert row["eval/num_images"] == 3
     assert row["train/ratio_first_update_max_dev"] < 1e-5
-    assert proc.stdout.count("epoch 0: reward/panel_colour_agreement/mean=") == 1
+    assert proc.stdout.count("epoch 1: reward/panel_colour_agreement/mean=") == 1
 
 
 def test_evaluation_uses_ema_weights_and_restores_training_weights(flux_dir, tmp_path):

@@ -224,5 +224,9 @@ def test_a_stalled_upstream_is_a_504_and_a_dead_one_a_502(
         assert health.status_code == 503
         assert health.json()["upstreams"][JUDGE_B]["code"] == "upstream_unreachable"
         assert request(gateway, JUDGE_A, image).status_code == 200
-        with pytest.raises(RewardServerError, match="502"):
+        # /v1/models lists B marked down (A stays usable); B's client says why it cannot score
+        with pytest.raises(
+            RewardServerError, match="upstream does not answer.*upstream_unreachable"
+        ):
             PacoReward.from_server(gateway.base_url, JUDGE_B, retries=1, backoff=0.01)
+        PacoReward.from_server(gateway.base_url, JUDGE_A, retries=0).backend.close()

@@ -4,7 +4,12 @@ no key unless given), every server limit as a flag, several models with per-mode
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 from paco_reward.cli import API_KEY_ENV, GatewayArguments, ServeArguments
@@ -12,6 +17,8 @@ from paco_reward.command_line import parse_config
 from paco_reward.errors import ConfigError
 from paco_reward.launch import is_loopback
 from paco_reward.server.config import ServerConfig
+from paco_reward.server.limits import uvicorn_options
+from paco_reward.server.runner import free_port, wait_until_healthy
 
 
 def parse(argv: list[str]) -> ServeArguments:
@@ -83,7 +90,8 @@ def test_gateway_arguments(monkeypatch):
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     args = parse_config(GatewayArguments, ["A=http://127.0.0.1:8001/v1", "B=http://h:8002",
                                            "--port", "9000", "--upstream-timeout", "30"])  # fmt: skip
-    assert args.upstream_urls() == {"A": "http://127.0.0.1:8001/v1", "B": "http://h:8002"}
+    roots = {name: up.api_root for name, up in args.upstream_urls().items()}
+    assert roots == {"A": "http://127.0.0.1:8001/v1", "B": "http://h:8002/v1"}
     assert (args.host, args.port, args.upstream_timeout, args.api_key) == (
         "127.0.0.1",
         9000,
@@ -130,3 +138,27 @@ def test_serve_a_pinned_revision_offline_from_a_hub_cache(two_revision_hub, monk
     with ServerProcess(repo, args=flags) as server:
         served = PacoReward.from_server(server.base_url, model="judge").score(a, b, "fox")
     assert served == pytest.approx(expected["v1"], abs=1e-5)
+
+
+def test_serve_keeps_a_request_log_only_when_asked(tiny_model_dir):
+    """``paco-reward serve`` kept no request log; ``--access_log`` is uvicorn's access log
+    (one line per request on stdout), off by default (a quiet server stays quiet)."""
+    assert uvicorn_options(parse(["m"]).server_config())["access_log"] is False
+    assert parse(["m", "--access_log"]).server_config().access_log is True
+    port = free_port()
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "paco_reward.cli", "serve", str(tiny_model_dir),
+               "--port", str(port), "--device", "cpu", "--access_log"]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}/v1", timeout=120, process=process)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/nothing").status_code == 404
+    finally:
+        process.terminate()
+        out, err = process.communicate(timeout=60)
+    assert '"GET /v1/models HTTP/1.1" 200' in out, (out, err)
+    assert '"GET /v1/nothing HTTP/1.1" 404' in out, (out, err)
+    assert "Uvicorn running" not in out + err  # uvicorn's own INFO lines stay off

@@ -211,6 +211,24 @@ def test_wrong_model_name_fails_fast_and_clearly(live_server):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
 
 
+def test_a_url_without_v1_and_a_body_without_model_say_what_to_add(live_server):
+    """The server's root for its API root was a bare "HTTP 404: Not Found"; a body without
+    "model" was "The model `None` does not exist"."""
+    root = live_server.base_url.removesuffix("/v1")
+    with pytest.raises(RewardServerError, match=r"does not end in /v1; add /v1") as info:
+        PacoReward.from_server(root, MODEL_NAME, retries=0)
+    assert f"base_url='{root}/v1'" in str(info.value)
+    for body in ({}, {"images": [], "pairs": []}):
+        response = httpx.post(live_server.base_url + "/score", json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "model_missing"
+        assert "no 'model' field" in error["message"] and MODEL_NAME in error["message"]
+        assert "None" not in error["message"]
+    wrong_type = httpx.post(live_server.base_url + "/score", json={"model": 7})
+    assert wrong_type.status_code == 400 and "must be a string" in wrong_type.text
+
+
 def test_api_key_is_required_when_set(tiny_reward, random_images):
     app = create_app(tiny_reward.backend, ServerConfig("keyed", api_key="s3cret"))
     with ServerThread(app) as server:

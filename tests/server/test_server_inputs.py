@@ -101,7 +101,9 @@ CHAT_CASES = [
         "not an image",
         chat_body([GOOD, url_of(b"hello, not an image at all")]),
         400,
-        "not a decodable",
+        # names the input and why, not the BytesIO PIL read it from
+        r"^messages\[0\]\.image_url\[1\]: its bytes are not a decodable .*\(not in one of "
+        r"those formats\)\.$",
     ),
     (
         "gif refused",
