@@ -37,6 +37,7 @@ class Figure:
 
 RL = "Experiments 1-4: RL on the generator"
 EDITING = "Experiment 5: editing"
+HACKING = "Experiment 6: reward hacking"
 # The runs each range spans are in the page's table (a, b, c, d: the page's runs).
 FIGURES: dict[str, Figure] = {
     # The train stage's evaluator on held-out ground-truth pairs: runs a, b, c, d.
@@ -64,6 +65,11 @@ FIGURES: dict[str, Figure] = {
     # Experiment 5: the oracle's edit success gain over both RL seeds, per arm: runs a, c, d.
     "world_edit.paco": Figure("PaCo edit arm success gain", -0.010, 0.000, EDITING, True),
     "world_edit.clipt": Figure("CLIP-T edit arm success gain", -0.005, 0.005, EDITING, True),
+    # Experiment 6: the oracle's alignment gain over the three RL seeds, per arm: run d.
+    "world_hacking.alone": Figure("proxy-alone alignment gain", 0.0, 0.0, HACKING, True),
+    "world_hacking.log_tamed": Figure("log-tamed alignment gain", 0.0, 0.0, HACKING, True),
+    "world_hacking.kl": Figure("KL-arm alignment gain", 0.0, 0.0, HACKING, True),
+    "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.0, 0.0, HACKING, True),
 }
 
 

@@ -85,6 +85,7 @@ NEEDS = {
     "generator": ("generator",),
     "world_evaluator": ("generator",),
     "world_grpo": ("generator", "world_clip"),
+    "world_hacking": ("generator", "world_clip"),
     "world_edit": ("generator", "editor", "world_clip"),
 }
 # The two workers' queues, in order: the editor starts from the generator; the stand-in is

@@ -12,7 +12,9 @@ run for that arm and seed.
     python -m demo.rl_arm --demo_output demo_output --arm paco --rl_seed 1 \\
         --overrides "{num_train_epochs: 30, learning_rate: 1.0e-3}" --output_dir rl_arm
 
-Arms: ``paco`` (arm 1), ``clipi`` (2), ``paco_half`` (3), ``paco_sum`` (4). The evaluator is
+Arms: ``paco`` (arm 1), ``clipi`` (2), ``paco_half`` (3), ``paco_sum`` (4) of ``world_grpo``;
+``alone``, ``log_tamed``, ``kl``, ``gardo`` of ``world_hacking`` (a longer hacking sweep is
+this, once per arm and RL seed, with ``--overrides "{num_train_epochs: 40}"``). The evaluator is
 the world_evaluator stage's in ``--demo_output``; the generator and the world's CLIP come from
 the demo's cache for ``--seed`` (pretrained first if missing) unless named. Writes
 ``<output_dir>/before_after.png`` (held-out grids before above, after below) and
@@ -35,7 +37,11 @@ from paco_reward.errors import ConfigError, PathNotFoundError
 class RLArmArguments:
     """One run of an RL experiment's arm, with recipe overrides."""
 
-    arm: str = config_field("paco", help="paco (arm 1), clipi (2), paco_half (3), paco_sum (4).")
+    arm: str = config_field(
+        "paco",
+        help="world_grpo's paco (arm 1), clipi (2), paco_half (3), paco_sum (4); world_hacking's "
+        "alone, log_tamed, kl, gardo.",
+    )
     rl_seed: int = config_field(0, help="The RL seed (the stage runs 0 and 1).")
     overrides: dict = config_field(
         dict, help='Recipe fields on top of the stage\'s, e.g. "{num_train_epochs: 30}".'
@@ -54,13 +60,16 @@ class RLArmArguments:
 
 def run_arm(args: RLArmArguments) -> dict:
     """The run (:func:`demo.world_rl.run_world_grpo`'s result) with ``"gains"`` added:
-    ``{"consistency", "alignment"}``, each :func:`demo.world_rl.paired_gain`."""
+    ``{"consistency", "alignment", "diversity"}``, each :func:`demo.world_rl.paired_gain`."""
     import demo.stage_world_grpo as stage
+    import demo.stage_world_hacking as hacking
     from demo import pretrained
+    from demo.world_clip import save_image_tower
     from demo.world_generator import GeneratorConfig, generator_world, held_out_prompts
+    from demo.world_judge import SCORES
     from demo.world_rl import paired_gain
 
-    arms = {arm.slug: arm for arm in stage.ARMS}
+    arms = {arm.slug: arm for arm in (*stage.ARMS, *hacking.ARMS)}
     if args.arm not in arms:
         raise ConfigError(f"unknown arm {args.arm!r}; the arms are {list(arms)}.")
     arm = arms[args.arm]
@@ -79,24 +88,35 @@ def run_arm(args: RLArmArguments) -> dict:
     test_records = held_out_prompts(config, args.held_out or stage.HELD_OUT)
     judged = test_records[0]["height"]
     output_dir = Path(args.output_dir)
-    kwargs = {
-        "generator": generator,
-        "train_records": train_records,
-        "test_records": test_records,
-        "output_dir": output_dir,
-        "seed": args.seed * 100 + args.rl_seed,  # as the stage seeds its runs
-        "aggregator": arm.aggregator,
-        "overrides": {
-            "num_train_epochs": stage.EPOCHS,
-            "train.resolution": int(judged * arm.resolution_fraction),
-            "test.resolution": judged,
-            **args.overrides,
-        },
-    }
-    run = stage._run_arm((arm, str(evaluator), Path(clip), kwargs))
-    run["gains"] = {
-        key: paired_gain(run["before"], run["after"], key) for key in ("consistency", "alignment")
-    }
+    if arm in hacking.ARMS:
+        models = {
+            "generator": generator,
+            "evaluator": evaluator,
+            "clip": clip,
+            "features": save_image_tower(clip, output_dir / "features"),
+            "train_records": train_records,
+            "test_records": test_records,
+            "demo_seed": args.seed,
+        }
+        task = hacking.run_task(arm, args.rl_seed, models, output_dir, args.overrides)
+        run = hacking._run_arm(task)
+    else:
+        kwargs = {
+            "generator": generator,
+            "train_records": train_records,
+            "test_records": test_records,
+            "output_dir": output_dir,
+            "seed": args.seed * 100 + args.rl_seed,  # as the stage seeds its runs
+            "aggregator": arm.aggregator,
+            "overrides": {
+                "num_train_epochs": stage.EPOCHS,
+                "train.resolution": int(judged * arm.resolution_fraction),
+                "test.resolution": judged,
+                **args.overrides,
+            },
+        }
+        run = stage._run_arm((arm, str(evaluator), Path(clip), kwargs))
+    run["gains"] = {key: paired_gain(run["before"], run["after"], key) for key in SCORES}
     return run
 
 
@@ -104,6 +124,7 @@ def run(args: RLArmArguments) -> int:
     from data_pipeline.storage import save_image_atomic
     from demo.stage_generator import sample_sheet
     from demo.stage_world_grpo import gain_cell, reward_means
+    from demo.world_judge import SCORES
 
     result = run_arm(args)
     before, after = result["before"], result["after"]
@@ -120,10 +141,7 @@ def run(args: RLArmArguments) -> int:
         f"The oracle on {len(before['per_item'])} held-out prompts, before -> after "
         f"({result['seconds']:.0f}s of training)",
         ["", "before", "after", "gain [95 %]"],
-        [
-            [key, before[key], after[key], gain_cell(result["gains"][key])]
-            for key in ("consistency", "alignment")
-        ],
+        [[key, before[key], after[key], gain_cell(result["gains"][key])] for key in SCORES],
     )
     output_dir = Path(args.output_dir)
     sheet = output_dir / "before_after.png"
@@ -133,8 +151,8 @@ def run(args: RLArmArguments) -> int:
         "rl_seed": args.rl_seed,
         "overrides": args.overrides,
         "seconds": result["seconds"],
-        **{f"{key}_before": before[key] for key in ("consistency", "alignment")},
-        **{f"{key}_after": after[key] for key in ("consistency", "alignment")},
+        **{f"{key}_before": before[key] for key in SCORES},
+        **{f"{key}_after": after[key] for key in SCORES},
         "gains": result["gains"],
     }
     (output_dir / "result.json").write_text(json.dumps(summary, indent=2))

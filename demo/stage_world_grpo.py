@@ -79,19 +79,23 @@ EXPERIMENTS = (
 )
 
 
-def rewards_of(arm: Arm, evaluator: str, clip: Path) -> dict:
-    """The arm's rewards: its consistency reward and CLIP-T (fresh instances)."""
+def world_rewards(names, evaluator: str, clip: Path) -> dict:
+    """Fresh reward instances by name: ``consistency`` (the evaluator), ``clip_i`` and
+    ``clip_t`` (the world's CLIP)."""
     from paco_grpo.rewards import CLIPImageReward, CLIPTextReward, ConsistencyReward
 
-    consistency = (
-        {"consistency": ConsistencyReward(evaluator)}
-        if arm.consistency == "paco"
-        else {"clip_i": CLIPImageReward(clip)}
-    )
-    return {
-        **consistency,
-        "clip_t": CLIPTextReward(clip, global_description=True, warn_long_text=False),
+    build = {
+        "consistency": lambda: ConsistencyReward(evaluator),
+        "clip_i": lambda: CLIPImageReward(clip),
+        "clip_t": lambda: CLIPTextReward(clip, global_description=True, warn_long_text=False),
     }
+    return {name: build[name]() for name in names}
+
+
+def rewards_of(arm: Arm, evaluator: str, clip: Path) -> dict:
+    """The arm's rewards: its consistency reward and CLIP-T (fresh instances)."""
+    consistency = "consistency" if arm.consistency == "paco" else "clip_i"
+    return world_rewards((consistency, "clip_t"), evaluator, clip)
 
 
 def reward_ratio(history: list[dict]) -> list[float]:

@@ -109,3 +109,15 @@ def _train_clip(work: Path, config: WorldClipConfig, progress: bool) -> dict:
         "train_seconds": time.perf_counter() - start,
         "loss_every_25_steps": losses,
     }
+
+
+def save_image_tower(clip: str | Path, output_dir: str | Path) -> Path:
+    """The world CLIP's image tower as a feature model of its own (``CLIPVisionModel`` and
+    its image processor in ``output_dir``), for the trainer's ``feature_model``: what DINOv3
+    is to GARDO, at the world's scale. Returns ``output_dir``."""
+    from transformers import CLIPImageProcessor, CLIPVisionModel
+
+    output_dir = Path(output_dir)
+    CLIPVisionModel.from_pretrained(clip).save_pretrained(output_dir)
+    CLIPImageProcessor.from_pretrained(clip).save_pretrained(output_dir)
+    return output_dir

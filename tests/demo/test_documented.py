@@ -28,16 +28,20 @@ def test_every_figure_is_on_the_page_as_the_demo_prints_it(key):
 def test_every_figure_the_stages_print_is_documented():
     from demo.stage_world_edit import ARMS as EDIT_ARMS
     from demo.stage_world_grpo import ARMS
+    from demo.stage_world_hacking import ARMS as HACKING_ARMS
 
     printed = set()
     for path in (ROOT / "demo").glob("stage_*.py"):
         printed |= set(re.findall(r'documented\("([\w.]+)"', path.read_text()))
     printed |= {f"world_grpo.{arm.slug}" for arm in ARMS}
     printed |= {f"world_edit.{arm.slug}" for arm in EDIT_ARMS}
+    printed |= {f"world_hacking.{arm.slug}" for arm in HACKING_ARMS}
     assert printed == set(doc.FIGURES)
     # Each stage that prints one names it with the f-string the keys above stand for.
     assert 'documented(f"world_grpo.{arm.slug}"' in (ROOT / "demo/stage_world_grpo.py").read_text()
     assert 'documented(f"world_edit.{arm.slug}"' in (ROOT / "demo/stage_world_edit.py").read_text()
+    hacking = (ROOT / "demo/stage_world_hacking.py").read_text()
+    assert 'documented(f"world_hacking.{arm.slug}"' in hacking
 
 
 def test_a_figure_is_printed_next_to_its_range_with_a_note_when_outside():

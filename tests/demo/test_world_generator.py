@@ -4,6 +4,7 @@ judgement of grids against the world's ground truth."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -92,6 +93,28 @@ def test_the_judge_reads_the_worlds_renders_as_their_ground_truth():
     assert np.corrcoef([g["consistency"] for g in got], consistency)[0, 1] > 0.9
     assert np.mean([g["alignment"] for g in got]) == pytest.approx(np.mean(alignment), abs=0.03)
     assert judged["unreadable_panels"] == 0 and judged["consistency_se"] > 0
+
+
+def test_one_picture_in_every_panel_is_consistent_and_has_no_diversity():
+    world = generator_world(GeneratorConfig())
+    records = world.make_prompts(12)
+    steps = [[spec.step for spec in world.panel_specs(r, 1)] for r in records]
+    story = judge_grids([world.render_grid(r, 1) for r in records], records)
+    # the renders tell a story (a few break it on purpose): the pairs with other pip counts
+    differ = [np.mean([a != b for a, b in itertools.combinations(s, 2)]) for s in steps]
+    assert 0.9 < np.mean(differ) < 1
+    assert story["diversity"] == pytest.approx(np.mean(differ), abs=0.03)
+    repeated = []
+    for r in records:
+        grid = world.render_grid(r, 1)
+        first = grid.crop((0, 0, 32, 32))
+        for x, y in ((32, 0), (0, 32), (32, 32)):
+            grid.paste(first, (x, y))
+        repeated.append(grid)
+    hacked = judge_grids(repeated, records)
+    assert hacked["diversity"] == 0.0 and hacked["consistency"] == 1.0
+    assert hacked["alignment"] < story["alignment"]  # three panels show the wrong step
+    assert [set(item) for item in hacked["per_item"]] == [{"consistency", "alignment", "diversity"}] * 12
 
 
 def test_an_unreadable_panel_scores_nothing_instead_of_being_left_out():
