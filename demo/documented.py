@@ -65,11 +65,11 @@ FIGURES: dict[str, Figure] = {
     # Experiment 5: the oracle's edit success gain over both RL seeds, per arm: runs a, c, d.
     "world_edit.paco": Figure("PaCo edit arm success gain", -0.010, 0.000, EDITING, True),
     "world_edit.clipt": Figure("CLIP-T edit arm success gain", -0.005, 0.005, EDITING, True),
-    # Experiment 6: the oracle's alignment gain over the three RL seeds, per arm: run d.
-    "world_hacking.alone": Figure("proxy-alone alignment gain", 0.0, 0.0, HACKING, True),
-    "world_hacking.log_tamed": Figure("log-tamed alignment gain", 0.0, 0.0, HACKING, True),
-    "world_hacking.kl": Figure("KL-arm alignment gain", 0.0, 0.0, HACKING, True),
-    "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.0, 0.0, HACKING, True),
+    # Experiment 6: the oracle's alignment gain over the three RL seeds, per arm: run e.
+    "world_hacking.alone": Figure("proxy-alone alignment gain", -0.018, -0.018, HACKING, True),
+    "world_hacking.log_tamed": Figure("log-tamed alignment gain", -0.004, -0.004, HACKING, True),
+    "world_hacking.kl": Figure("KL-arm alignment gain", -0.005, -0.005, HACKING, True),
+    "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.005, 0.005, HACKING, True),
 }
 
 
