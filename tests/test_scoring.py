@@ -359,9 +359,10 @@ def test_questions_on_one_pair_share_its_prefix_and_score_as_the_model_card(
     np.testing.assert_allclose(rm.score_pairs([pairs[k] for k in same_size], template="t2is"),
                                reference[same_size], atol=1e-4)  # fmt: skip
     rm.backend.share_prefixes = False
-    np.testing.assert_allclose(rm.score_pairs(pairs, template="t2is"), shared, atol=2e-6)
+    # float32: a cached prefix and a full pass reduce in another order (seen up to 2.1e-6)
+    np.testing.assert_allclose(rm.score_pairs(pairs, template="t2is"), shared, atol=1e-5)
     # Qwen3-VL's DeepStack features take the row-per-question path, with the same scores
     qwen3 = PacoReward.from_pretrained(tiny_qwen3_vl_dir, canonical_yes_no=False)
     first = qwen3.score_pairs(pairs[:8], template="t2is")
     qwen3.backend.share_prefixes = False
-    np.testing.assert_allclose(qwen3.score_pairs(pairs[:8], template="t2is"), first, atol=2e-6)
+    np.testing.assert_allclose(qwen3.score_pairs(pairs[:8], template="t2is"), first, atol=1e-5)
