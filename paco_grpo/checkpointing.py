@@ -331,34 +331,17 @@ def _saved_order(path: Path) -> tuple[float, str]:
 
 def check_grpo_output_dir(config, is_main_process: bool = True) -> str:
     """Refuse an ``output_dir`` that holds another run's checkpoints or metrics
-    (:func:`paco_reward.output_dirs.check_output_dir`); with ``overwrite_output_dir`` the main
-    process deletes them. Returns how the folder is used (``"new"``, ``"resume"``, ...)."""
-    import yaml
-
+    (:func:`paco_reward.output_dirs.check_config_output_dir`); with ``overwrite_output_dir``
+    the main process deletes them. Returns how the folder is used (``"new"``, ``"resume"``, ...)."""
     from paco_grpo.tracking import TRACKER_PROJECT
-    from paco_reward.output_dirs import check_output_dir
-    from paco_reward.yaml_config import SAVED_CONFIG
+    from paco_reward.output_dirs import check_config_output_dir
 
-    if config.overwrite_output_dir and not is_main_process:
-        return "overwritten"  # the main process deletes; the others wait for it
-    folder = Path(config.output_dir)
-    saved = folder / SAVED_CONFIG
-    return check_output_dir(
-        folder,
-        config.to_plain(),
+    return check_config_output_dir(
+        config,
         markers=["checkpoints/checkpoint-*", "metrics.jsonl"],
-        outputs=[
-            "checkpoints",
-            "metrics.jsonl",
-            "reward_curve.png",
-            "samples",
-            TRACKER_PROJECT,
-            SAVED_CONFIG,
-        ],
-        saved_config=yaml.safe_load(saved.read_text()) if saved.is_file() else None,
-        resume=bool(config.resume_from_checkpoint),
-        overwrite=config.overwrite_output_dir,
+        outputs=["checkpoints", "metrics.jsonl", "reward_curve.png", "samples", TRACKER_PROJECT],
         what="GRPO run",
+        is_main_process=is_main_process,
     )
 
 

@@ -26,7 +26,7 @@ from paco_reward.errors import OutputDirInUseError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RUN_INDEPENDENT_FIELDS", "check_output_dir", "same_run"]
+__all__ = ["RUN_INDEPENDENT_FIELDS", "check_config_output_dir", "check_output_dir", "same_run"]
 
 # Fields that say how a run is started, not what it trains: two configs that differ only here
 # are the same run (``output_dir`` may be written relative or absolute).
@@ -106,4 +106,37 @@ def check_output_dir(
         "into it would rotate that run's checkpoints away and mix both runs' metrics. "
         "Resume it with --resume_from_checkpoint, start over with --overwrite_output_dir true "
         "(deletes them), or pass another --output_dir."
+    )
+
+
+def check_config_output_dir(
+    config,
+    *,
+    markers: Sequence[str],
+    outputs: Sequence[str],
+    what: str,
+    is_main_process: bool = True,
+) -> str:
+    """:func:`check_output_dir` for a trainer's config (a
+    :class:`~paco_reward.yaml_config.YamlConfig` with ``output_dir``,
+    ``resume_from_checkpoint`` and ``overwrite_output_dir``): the folder's saved config is its
+    ``training_config.yaml``. With ``overwrite_output_dir`` only the main process deletes;
+    the others return ``"overwritten"`` and wait for it."""
+    import yaml
+
+    from paco_reward.yaml_config import SAVED_CONFIG
+
+    if config.overwrite_output_dir and not is_main_process:
+        return "overwritten"
+    folder = Path(config.output_dir)
+    saved = folder / SAVED_CONFIG
+    return check_output_dir(
+        folder,
+        config.to_plain(),
+        markers=markers,
+        outputs=[*outputs, SAVED_CONFIG],
+        saved_config=yaml.safe_load(saved.read_text()) if saved.is_file() else None,
+        resume=bool(config.resume_from_checkpoint),
+        overwrite=config.overwrite_output_dir,
+        what=what,
     )

@@ -39,28 +39,19 @@ def final_evaluation(trainer) -> dict[str, Any]:
 
 def check_sft_output_dir(config: PacoSFTConfig, is_main_process: bool = True) -> str:
     """Refuse an ``output_dir`` that holds another run's checkpoints or metrics
-    (:func:`paco_reward.output_dirs.check_output_dir`): transformers' rotation would delete
+    (:func:`paco_reward.output_dirs.check_config_output_dir`): transformers' rotation would delete
     that run's checkpoints and ``metrics.jsonl`` would mix both. ``overwrite_output_dir``
     deletes them (on the main process); a resume or the folder's own saved config may use
     the folder. Returns how it is used (``"new"``, ``"resume"``, ``"same"``, ...)."""
-    import yaml
-
-    from paco_reward.output_dirs import check_output_dir
+    from paco_reward.output_dirs import check_config_output_dir
     from paco_reward.training.callbacks import METRICS_FILE, PLOT_FILE
 
-    if config.overwrite_output_dir and not is_main_process:
-        return "overwritten"  # the main process deletes; the others wait for it
-    folder = Path(config.output_dir)
-    saved = folder / SAVED_CONFIG
-    return check_output_dir(
-        folder,
-        config.to_plain(),
+    return check_config_output_dir(
+        config,
         markers=["checkpoint-*", METRICS_FILE],
-        outputs=["checkpoint-*", METRICS_FILE, PLOT_FILE, "final_metrics.json", SAVED_CONFIG],
-        saved_config=yaml.safe_load(saved.read_text()) if saved.is_file() else None,
-        resume=bool(config.resume_from_checkpoint),
-        overwrite=config.overwrite_output_dir,
+        outputs=["checkpoint-*", METRICS_FILE, PLOT_FILE, "final_metrics.json"],
         what="training run",
+        is_main_process=is_main_process,
     )
 
 
