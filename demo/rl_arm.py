@@ -89,16 +89,16 @@ def run_arm(args: RLArmArguments) -> dict:
     judged = test_records[0]["height"]
     output_dir = Path(args.output_dir)
     if arm in hacking.ARMS:
-        models = {
-            "generator": generator,
-            "evaluator": evaluator,
-            "clip": clip,
-            "features": save_image_tower(clip, output_dir / "features"),
-            "train_records": train_records,
-            "test_records": test_records,
-            "demo_seed": args.seed,
-        }
-        task = hacking.run_task(arm, args.rl_seed, models, output_dir, args.overrides)
+        inputs = hacking.RunInputs(
+            generator=Path(generator),
+            evaluator=evaluator,
+            clip=Path(clip),
+            features=save_image_tower(clip, output_dir / "features"),
+            train_records=train_records,
+            test_records=test_records,
+            demo_seed=args.seed,
+        )
+        task = hacking.run_task(arm, args.rl_seed, inputs, output_dir, args.overrides)
         run = hacking._run_arm(task)
     else:
         kwargs = {

@@ -144,33 +144,45 @@ def _run_arm(task: tuple) -> dict:
     return run_world_grpo(rewards=rewards, weights=arm.rewards, **kwargs)
 
 
-def run_task(arm: Defence, seed: int, models: dict, output_dir: Path, overrides=None) -> tuple:
-    """What :func:`_run_arm` takes for one (arm, RL seed) run. ``models``: ``generator``,
-    ``evaluator``, ``clip``, ``features`` (folders), ``train_records``, ``test_records`` and
-    ``demo_seed``; ``overrides``: recipe fields on top of the arm's."""
+@dataclass(frozen=True)
+class RunInputs:
+    """What every (arm, RL seed) run shares: the model folders and the prompts."""
+
+    generator: Path
+    evaluator: Path
+    clip: Path
+    features: Path  # the feature model (save_image_tower of the world CLIP)
+    train_records: list = field(hash=False)
+    test_records: list = field(hash=False)
+    demo_seed: int = 0
+
+
+def run_task(arm: Defence, seed: int, inputs: RunInputs, output_dir: Path, overrides=None) -> tuple:
+    """What :func:`_run_arm` takes for one (arm, RL seed) run; ``overrides``: recipe fields
+    on top of the arm's."""
     kwargs = {
-        "generator": str(models["generator"]),
-        "train_records": models["train_records"],
-        "test_records": models["test_records"],
+        "generator": str(inputs.generator),
+        "train_records": inputs.train_records,
+        "test_records": inputs.test_records,
         "output_dir": output_dir,
-        "seed": models["demo_seed"] * 100 + seed,
+        "seed": inputs.demo_seed * 100 + seed,
         "aggregator": arm.aggregator,
         "overrides": {
             "num_train_epochs": EPOCHS,
-            "feature_model": str(models["features"]),
+            "feature_model": str(inputs.features),
             **arm.recipe,
             **RECIPE_OVERRIDES,
             **(overrides or {}),
         },
     }
-    return arm, str(models["evaluator"]), Path(models["clip"]), kwargs
+    return arm, str(inputs.evaluator), Path(inputs.clip), kwargs
 
 
-def _train_all(ctx: DemoContext, models: dict) -> dict[Defence, dict[int, dict]]:
+def _train_all(ctx: DemoContext, inputs: RunInputs) -> dict[Defence, dict[int, dict]]:
     """Every (arm, seed) run, ``WORKERS`` at a time, with its before/after sheet."""
     tasks = {
         (arm, seed): run_task(
-            arm, seed, models, ctx.path("world_hacking", f"{arm.slug}_seed{seed}")
+            arm, seed, inputs, ctx.path("world_hacking", f"{arm.slug}_seed{seed}")
         )
         for arm in ARMS
         for seed in SEEDS
@@ -190,22 +202,22 @@ def run(ctx: DemoContext) -> None:
         return
     config, generator, evaluator, clip = models
     test_records = held_out_prompts(config, HELD_OUT)
-    models = {
-        "generator": generator,
-        "evaluator": evaluator,
-        "clip": clip,
-        "features": save_image_tower(clip, ctx.path("world_hacking", "features")),
-        "train_records": generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START),
-        "test_records": test_records,
-        "demo_seed": ctx.seed,
-    }
+    inputs = RunInputs(
+        generator=generator,
+        evaluator=evaluator,
+        clip=clip,
+        features=save_image_tower(clip, ctx.path("world_hacking", "features")),
+        train_records=generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START),
+        test_records=test_records,
+        demo_seed=ctx.seed,
+    )
     print(
         f"REWARD HACKING IN MINIATURE: the world evaluator's consistency as the proxy, "
         f"{EPOCHS} epochs, RL seeds {list(SEEDS)}, in {len(ARMS)} arms: "
         f"{'; '.join(arm.name for arm in ARMS)}. The oracle judges {HELD_OUT} held-out "
         "prompts before and after."
     )
-    results = _train_all(ctx, models)
+    results = _train_all(ctx, inputs)
 
     proxy_plot = ctx.path("world_hacking", "proxy.png")
     plot_runs(
