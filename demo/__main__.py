@@ -26,6 +26,7 @@ STAGES = [
     "generator",
     "world_evaluator",
     "world_grpo",
+    "world_t2is",
     "world_hacking",
     "world_edit",
     "report",

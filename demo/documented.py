@@ -38,6 +38,7 @@ class Figure:
 RL = "Experiments 1-4: RL on the generator"
 EDITING = "Experiment 5: editing"
 HACKING = "Experiment 6: reward hacking"
+T2IS = "T2IS-Bench in miniature"
 # The runs each range spans are in the page's table (a, b, c, d: the page's runs).
 FIGURES: dict[str, Figure] = {
     # The train stage's evaluator on held-out ground-truth pairs: runs a, b, c, d.
@@ -70,6 +71,8 @@ FIGURES: dict[str, Figure] = {
     "world_hacking.log_tamed": Figure("log-tamed alignment gain", -0.004, -0.004, HACKING, True),
     "world_hacking.kl": Figure("KL-arm alignment gain", -0.005, -0.005, HACKING, True),
     "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.005, 0.005, HACKING, True),
+    # paco-eval t2is on world_grpo's arm 1 (seed 0), the world evaluator judging: run f.
+    "world_t2is.vc": Figure("mean VC change", -1.0, 1.0, T2IS, True),
 }
 
 

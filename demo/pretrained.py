@@ -85,6 +85,7 @@ NEEDS = {
     "generator": ("generator",),
     "world_evaluator": ("generator",),
     "world_grpo": ("generator", "world_clip"),
+    "world_t2is": ("generator", "world_clip"),
     "world_hacking": ("generator", "world_clip"),
     "world_edit": ("generator", "editor", "world_clip"),
 }

@@ -86,36 +86,18 @@ def run_arm(args: RLArmArguments) -> dict:
         args.train_prompts or stage.TRAIN_PROMPTS, start=stage.TRAIN_START
     )
     test_records = held_out_prompts(config, args.held_out or stage.HELD_OUT)
-    judged = test_records[0]["height"]
     output_dir = Path(args.output_dir)
-    if arm in hacking.ARMS:
-        inputs = hacking.RunInputs(
-            generator=Path(generator),
-            evaluator=evaluator,
-            clip=Path(clip),
-            features=save_image_tower(clip, output_dir / "features"),
-            train_records=train_records,
-            test_records=test_records,
-            demo_seed=args.seed,
-        )
-        task = hacking.run_task(arm, args.rl_seed, inputs, output_dir, args.overrides)
-        run = hacking._run_arm(task)
-    else:
-        kwargs = {
-            "generator": generator,
-            "train_records": train_records,
-            "test_records": test_records,
-            "output_dir": output_dir,
-            "seed": args.seed * 100 + args.rl_seed,  # as the stage seeds its runs
-            "aggregator": arm.aggregator,
-            "overrides": {
-                "num_train_epochs": stage.EPOCHS,
-                "train.resolution": int(judged * arm.resolution_fraction),
-                "test.resolution": judged,
-                **args.overrides,
-            },
-        }
-        run = stage._run_arm((arm, str(evaluator), Path(clip), kwargs))
+    inputs = stage.RunInputs(
+        generator=Path(generator),
+        evaluator=evaluator,
+        clip=Path(clip),
+        features=save_image_tower(clip, output_dir / "features"),
+        train_records=train_records,
+        test_records=test_records,
+        demo_seed=args.seed,
+    )
+    module = hacking if arm in hacking.ARMS else stage
+    run = module._run_arm(module.run_task(arm, args.rl_seed, inputs, output_dir, args.overrides))
     run["gains"] = {key: paired_gain(run["before"], run["after"], key) for key in SCORES}
     return run
 

@@ -23,7 +23,7 @@ Writes ``world_grpo/rewards.png`` (train rewards per epoch), ``world_grpo/reward
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +34,13 @@ from demo import pretrained
 from demo.context import DemoContext, ReportSection
 from demo.documented import documented
 from demo.stage_generator import sample_sheet
+from demo.world_clip import save_image_tower
 from demo.world_generator import (
     GeneratorConfig,
     generator_world,
     held_out_prompts,
 )
-from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
+from demo.world_rl import paired_gain, pooled_gain, run_call, run_in_workers, run_world_grpo
 from paco_reward.atomic_io import save_figure
 
 SEEDS = (0, 1)
@@ -79,6 +80,13 @@ EXPERIMENTS = (
 )
 
 
+def feature_model(ctx: DemoContext, clip: Path) -> Path:
+    """The world CLIP's image tower as the runs' feature model (their ``hacking/*`` signals),
+    saved once in this run's ``models/`` folder for this stage and stage ``world_hacking``."""
+    folder = ctx.path("models", "world-clip-image-tower")
+    return folder if (folder / "config.json").is_file() else save_image_tower(clip, folder)
+
+
 def world_rewards(names, evaluator: str, clip: Path) -> dict:
     """Fresh reward instances by name: ``consistency`` (the evaluator), ``clip_i`` and
     ``clip_t`` (the world's CLIP)."""
@@ -92,10 +100,9 @@ def world_rewards(names, evaluator: str, clip: Path) -> dict:
     return {name: build[name]() for name in names}
 
 
-def rewards_of(arm: Arm, evaluator: str, clip: Path) -> dict:
-    """The arm's rewards: its consistency reward and CLIP-T (fresh instances)."""
-    consistency = "consistency" if arm.consistency == "paco" else "clip_i"
-    return world_rewards((consistency, "clip_t"), evaluator, clip)
+def reward_names(arm: Arm) -> tuple[str, str]:
+    """The arm's rewards: its consistency reward and CLIP-T."""
+    return ("consistency" if arm.consistency == "paco" else "clip_i", "clip_t")
 
 
 def reward_ratio(history: list[dict]) -> list[float]:
@@ -212,40 +219,59 @@ def _run_arm(task: tuple) -> dict:
     """One (arm, seed) run, in a worker process of its own (one torch thread)."""
     arm, evaluator, clip, kwargs = task
     torch.set_num_threads(1)  # the tiny models run fastest single-threaded
-    rewards = rewards_of(arm, evaluator, clip)
+    rewards = world_rewards(reward_names(arm), evaluator, clip)
     return run_world_grpo(rewards=rewards, weights=dict.fromkeys(rewards, 1.0), **kwargs)
 
 
-def _train_all(ctx, generator, evaluator, clip, train_records, test_records):
+@dataclass(frozen=True)
+class RunInputs:
+    """What every (arm, RL seed) run of the RL stages shares: the model folders and the
+    prompts."""
+
+    generator: Path
+    evaluator: Path
+    clip: Path
+    features: Path  # the feature model of the hacking signals (feature_model)
+    train_records: list = field(hash=False)
+    test_records: list = field(hash=False)
+    demo_seed: int = 0
+
+
+def run_task(arm: Arm, seed: int, inputs: RunInputs, output_dir: Path, overrides=None) -> tuple:
+    """What :func:`_run_arm` takes for one (arm, RL seed) run; ``overrides``: recipe fields
+    on top of the stage's."""
+    judged = inputs.test_records[0]["height"]
+    kwargs = {
+        "generator": str(inputs.generator),
+        "train_records": inputs.train_records,
+        "test_records": inputs.test_records,
+        "output_dir": output_dir,
+        "seed": inputs.demo_seed * 100 + seed,
+        "aggregator": arm.aggregator,
+        "overrides": {
+            "num_train_epochs": EPOCHS,
+            "train.resolution": int(judged * arm.resolution_fraction),
+            "test.resolution": judged,
+            "feature_model": str(inputs.features),
+            **RECIPE_OVERRIDES,
+            **(overrides or {}),
+        },
+    }
+    return arm, str(inputs.evaluator), Path(inputs.clip), kwargs
+
+
+def _train_all(ctx: DemoContext, inputs: RunInputs) -> dict[Arm, dict[int, dict]]:
     """Every (arm, seed) run (``{arm: {seed: run}}``), ``WORKERS`` at a time, with its
-    before/after sheet."""
-    judged = test_records[0]["height"]
+    before/after sheet and its :func:`~demo.world_rl.run_call` (``run["call"]``)."""
     tasks = {
-        (arm, seed): (
-            arm,
-            str(evaluator),
-            clip,
-            {
-                "generator": str(generator),
-                "train_records": train_records,
-                "test_records": test_records,
-                "output_dir": ctx.path("world_grpo", f"{arm.slug}_seed{seed}"),
-                "seed": ctx.seed * 100 + seed,
-                "aggregator": arm.aggregator,
-                "overrides": {
-                    "num_train_epochs": EPOCHS,
-                    "train.resolution": int(judged * arm.resolution_fraction),
-                    "test.resolution": judged,
-                    **RECIPE_OVERRIDES,
-                },
-            },
-        )
+        (arm, seed): run_task(arm, seed, inputs, ctx.path("world_grpo", f"{arm.slug}_seed{seed}"))
         for arm in ARMS
         for seed in SEEDS
     }
     runs = run_in_workers(_run_arm, list(tasks.values()), WORKERS)
     results: dict[Arm, dict[int, dict]] = {arm: {} for arm in ARMS}
-    for (arm, seed), run_ in zip(tasks, runs):
+    for ((arm, seed), (_, evaluator, clip, kwargs)), run_ in zip(tasks.items(), runs):
+        run_["call"] = run_call(dict.fromkeys(reward_names(arm), 1.0), evaluator, clip, kwargs)
         results[arm][seed] = run_
         before, after = run_["before"]["images"][:12], run_["after"]["images"][:12]
         save_image_atomic(sample_sheet([before, after]), sheet_path(ctx, arm, seed))
@@ -275,15 +301,23 @@ def run(ctx: DemoContext) -> None:
     if models is None:
         return
     config, generator, evaluator, clip = models
-    train_records = generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START)
     test_records = held_out_prompts(config, HELD_OUT)
+    inputs = RunInputs(
+        generator=generator,
+        evaluator=evaluator,
+        clip=clip,
+        features=feature_model(ctx, clip),
+        train_records=generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START),
+        test_records=test_records,
+        demo_seed=ctx.seed,
+    )
     print(
         f"RL IN MINIATURE: PaCo-GRPO on the world generator ({EPOCHS} epochs, {TRAIN_PROMPTS} "
         f"train prompts, seeds {list(SEEDS)}) in {len(ARMS)} arms: "
         f"{'; '.join(arm.name for arm in ARMS)}; each with CLIP-T (the world's CLIP). The "
         f"oracle judges {HELD_OUT} held-out prompts before and after."
     )
-    results = _train_all(ctx, generator, evaluator, clip, train_records, test_records)
+    results = _train_all(ctx, inputs)
 
     rewards_plot = ctx.path("world_grpo", "rewards.png")
     plot_runs(results, rewards_plot, reward_means, "mean train reward")

@@ -39,20 +39,21 @@ from demo.context import DemoContext, ReportSection
 from demo.documented import documented
 from demo.stage_generator import sample_sheet
 
-# The train and held-out prompts are stage world_grpo's.
+# The train and held-out prompts, the feature model and the run inputs are stage world_grpo's.
 from demo.stage_world_grpo import (
     HELD_OUT,
     TRAIN_PROMPTS,
     TRAIN_START,
+    RunInputs,
+    feature_model,
     gain_cell,
     plot_runs,
     world_models,
     world_rewards,
 )
-from demo.world_clip import save_image_tower
 from demo.world_generator import generator_world, held_out_prompts
 from demo.world_judge import SCORES
-from demo.world_rl import paired_gain, pooled_gain, run_in_workers, run_world_grpo
+from demo.world_rl import paired_gain, pooled_gain, run_call, run_in_workers, run_world_grpo
 
 SEEDS = (0, 1, 2)
 EPOCHS = 20
@@ -144,22 +145,10 @@ def _run_arm(task: tuple) -> dict:
     return run_world_grpo(rewards=rewards, weights=arm.rewards, **kwargs)
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """What every (arm, RL seed) run shares: the model folders and the prompts."""
-
-    generator: Path
-    evaluator: Path
-    clip: Path
-    features: Path  # the feature model (save_image_tower of the world CLIP)
-    train_records: list = field(hash=False)
-    test_records: list = field(hash=False)
-    demo_seed: int = 0
-
-
 def run_task(arm: Defence, seed: int, inputs: RunInputs, output_dir: Path, overrides=None) -> tuple:
     """What :func:`_run_arm` takes for one (arm, RL seed) run; ``overrides``: recipe fields
     on top of the arm's."""
+    judged = inputs.test_records[0]["height"]
     kwargs = {
         "generator": str(inputs.generator),
         "train_records": inputs.train_records,
@@ -169,6 +158,8 @@ def run_task(arm: Defence, seed: int, inputs: RunInputs, output_dir: Path, overr
         "aggregator": arm.aggregator,
         "overrides": {
             "num_train_epochs": EPOCHS,
+            "train.resolution": judged,  # trained at the resolution it is judged at
+            "test.resolution": judged,
             "feature_model": str(inputs.features),
             **arm.recipe,
             **RECIPE_OVERRIDES,
@@ -178,8 +169,21 @@ def run_task(arm: Defence, seed: int, inputs: RunInputs, output_dir: Path, overr
     return arm, str(inputs.evaluator), Path(inputs.clip), kwargs
 
 
+def earlier_run(ctx: DemoContext, task: tuple) -> dict | None:
+    """Stage ``world_grpo``'s run (of this demo run) that is the same run as ``task``, if one
+    is: its arm 1 is this stage's log-tamed arm (same rewards, recipe, prompts and seed)."""
+    arm, evaluator, clip, kwargs = task
+    call = run_call(arm.rewards, evaluator, clip, kwargs)
+    for runs in ctx.artifacts.get("world_grpo", {}).values():
+        for run in runs.values():
+            if run.get("call") == call:
+                return run
+    return None
+
+
 def _train_all(ctx: DemoContext, inputs: RunInputs) -> dict[Defence, dict[int, dict]]:
-    """Every (arm, seed) run, ``WORKERS`` at a time, with its before/after sheet."""
+    """Every (arm, seed) run, ``WORKERS`` at a time (but those stage ``world_grpo`` already
+    ran: :func:`earlier_run`), with its before/after sheet."""
     tasks = {
         (arm, seed): run_task(
             arm, seed, inputs, ctx.path("world_hacking", f"{arm.slug}_seed{seed}")
@@ -187,10 +191,17 @@ def _train_all(ctx: DemoContext, inputs: RunInputs) -> dict[Defence, dict[int, d
         for arm in ARMS
         for seed in SEEDS
     }
-    runs = run_in_workers(_run_arm, list(tasks.values()), WORKERS)
+    done = {key: run for key, task in tasks.items() if (run := earlier_run(ctx, task))}
+    if done:
+        print(
+            "Taken from stage world_grpo (the same runs): "
+            + ", ".join(f"{arm.name} seed {seed}" for arm, seed in done)
+        )
+    todo = [key for key in tasks if key not in done]
+    runs = dict(zip(todo, run_in_workers(_run_arm, [tasks[key] for key in todo], WORKERS)))
     results: dict[Defence, dict[int, dict]] = {arm: {} for arm in ARMS}
-    for (arm, seed), run in zip(tasks, runs):
-        results[arm][seed] = run
+    for arm, seed in tasks:
+        run = results[arm][seed] = done.get((arm, seed)) or runs[(arm, seed)]
         before, after = run["before"]["images"][:12], run["after"]["images"][:12]
         save_image_atomic(sample_sheet([before, after]), sheet_path(ctx, arm, seed))
     return results
@@ -206,7 +217,7 @@ def run(ctx: DemoContext) -> None:
         generator=generator,
         evaluator=evaluator,
         clip=clip,
-        features=save_image_tower(clip, ctx.path("world_hacking", "features")),
+        features=feature_model(ctx, clip),
         train_records=generator_world(config).make_prompts(TRAIN_PROMPTS, start=TRAIN_START),
         test_records=test_records,
         demo_seed=ctx.seed,

@@ -116,6 +116,14 @@ def run_world_grpo(
     return {"before": before, "after": after, "history": history, "seconds": seconds}
 
 
+def run_call(weights: dict[str, float], evaluator: str, clip: str | Path, kwargs: dict) -> dict:
+    """What makes a world RL run (its reward weights, the reward models and
+    :func:`run_world_grpo`'s arguments), without its output folder: two runs with equal calls
+    train and judge the same (a stage may take another stage's run for one of its own)."""
+    same = {k: v for k, v in kwargs.items() if k != "output_dir"}
+    return {"weights": dict(weights), "evaluator": str(evaluator), "clip": str(clip), **same}
+
+
 def per_prompt_change(before: dict, after: dict, key: str) -> np.ndarray:
     """``after - before`` of ``key`` (e.g. ``"consistency"`` or ``"alignment"``) per prompt."""
     pairs = zip(after["per_item"], before["per_item"], strict=True)

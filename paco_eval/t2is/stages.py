@@ -36,7 +36,14 @@ from paco_eval.t2is.consistency import (
     prompt_sha256,
     released_size,
 )
-from paco_eval.t2is.data import CaseImages, T2ISBench, T2ISCase, find_case_images, list_images
+from paco_eval.t2is.data import (
+    CaseImages,
+    T2ISBench,
+    T2ISCase,
+    find_case_images,
+    list_images,
+    paco_split,
+)
 from paco_eval.t2is.report import (
     PAPER_ROWS,
     alignment_table,
@@ -176,6 +183,7 @@ def run_judge(config) -> int:
     inputs = _inputs(config)
     judges = _judges(config)
     reused = config.alignment.removeprefix("judge:") if config.alignment.startswith("judge:") else None
+    models = _Models()
     loaded: dict[str, Any] = {}
     for spec in judges:
         store = _store(config, inputs, f"consistency-{spec.name}", _consistency_scorer(spec))
@@ -183,7 +191,7 @@ def run_judge(config) -> int:
                 and inputs.images[c.case_id].paths]  # fmt: skip
         if not todo:
             continue
-        judge = load_judge(spec, config)
+        judge = models.load(load_judge, spec, config)
         start = time.perf_counter()
         for k, case in enumerate(todo):
             store.append(judge_case(judge, case, inputs.images[case.case_id], resize=config.resize))
@@ -192,31 +200,44 @@ def run_judge(config) -> int:
         if spec.name == reused:
             loaded[spec.name] = judge
         else:
-            _release(judge)
+            models.release(judge)
+        del judge
     if config.alignment:
-        _judge_images(config, inputs, "alignment", {"model": config.alignment},
+        _judge_images(config, inputs, "alignment", {"model": config.alignment}, models,
                       lambda: _load_alignment(config, judges, loaded), _alignment_row)  # fmt: skip
-    for judge in loaded.values():
-        _release(judge)
+    for name in list(loaded):
+        models.release(loaded.pop(name))
     if config.aesthetics:
-        _judge_images(config, inputs, "aesthetics", _aesthetics_id(config),
+        _judge_images(config, inputs, "aesthetics", _aesthetics_id(config), models,
                       lambda: _load_aesthetics(config), _aesthetics_row)  # fmt: skip
     return 0
 
 
-def _release(model: Any) -> None:
-    """Free a scorer's memory before the next one loads."""
-    import gc
+class _Models:
+    """Loads the judge stage's models one at a time: the memory of those released is
+    reclaimed (a full garbage collection, CUDA's cache emptied) before the next one loads,
+    and not after the last, where it would only cost time."""
 
-    import torch
+    def __init__(self) -> None:
+        self._released = False
 
-    close = getattr(model, "close", None)
-    if close is not None:
-        close()
-    del model
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    def load(self, loader, *args):
+        if self._released:
+            import gc
+
+            import torch
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self._released = False
+        return loader(*args)
+
+    def release(self, model: Any) -> None:
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+        self._released = True
 
 
 def _alignment_row(config, scorer, case: T2ISCase, k: int, path: Path) -> dict[str, Any]:
@@ -249,16 +270,16 @@ def _image_items(config, inputs: _Inputs) -> list[tuple[T2ISCase, int, Path]]:
     return items
 
 
-def _judge_images(config, inputs: _Inputs, name: str, scorer_id: dict, load, score) -> None:
+def _judge_images(config, inputs: _Inputs, name: str, scorer_id: dict, models: _Models, load, score) -> None:
     store = _store(config, inputs, name, scorer_id)
     todo = [(c, k, p) for c, k, p in _image_items(config, inputs) if f"{c.case_id}_{k:04d}" not in store]
     if not todo:
         return
-    scorer = load()
+    scorer = models.load(load)
     for case, k, path in todo:
         store.append({"key": f"{case.case_id}_{k:04d}", "case": case.case_id,
                       **score(config, scorer, case, k, path)})  # fmt: skip
-    _release(scorer)
+    models.release(scorer)
 
 
 # ---------------------------------------------------------------------- report
@@ -310,7 +331,7 @@ def run_report(config) -> int:
         coverage=_coverage(config, inputs, consistency_rows, alignment_rows, aesthetic_rows),
         protocol=_protocol(config, judges),
         paper_rows=PAPER_ROWS,
-        notes=_notes(config, names),
+        notes=_notes(config, names, inputs.cases),
     )
     json_path, md_path = write_report(report, config.output_dir)
     print(f"wrote {json_path} and {md_path}")
@@ -370,19 +391,24 @@ def _generation_manifest(images_dir: str) -> dict[str, Any] | None:
         return None  # the generate stage refuses it; the report only shows it
 
 
-def _notes(config, names: list[str]) -> list[str]:
+def _notes(config, names: list[str], cases: list[T2ISCase]) -> list[str]:
     notes = [
         "Avg = 0.2 x Aesthetics + 0.3 x mean(PA) + 0.5 x mean(VC of the first judge): a fit to the "
         "paper's Table 3 (the paper does not define it), not a published formula.",
-        "Aesthetics: the LAION aesthetic predictor (rating / 10); the model behind the paper's column "
-        "is not published, so this column is not the paper's.",
     ]
+    if config.aesthetics:
+        notes.append("Aesthetics: the LAION aesthetic predictor (rating / 10); the model behind the "
+                     "paper's column is not published, so this column is not the paper's.")  # fmt: skip
+    else:
+        notes.append("Aesthetics: not scored, so Avg is not either.")
     if config.alignment.startswith("judge:"):
         notes.append("PA: the VQAScore formula over a consistency judge, not the paper's CLIP-FlanT5.")
+    trained = set(paco_split("train")) & {c.case_id for c in cases}
     if config.cases == "heldout":
-        notes.append("Held-out preset: the 446 cases PaCo-RL does not train its GRPO on.")
-    elif config.cases == "all":
-        notes.append("All cases: 150 of them are PaCo-RL's GRPO training prompts (see --cases heldout).")
+        notes.append(f"Held-out preset: {len(cases)} cases, none of the 150 PaCo-RL trains its GRPO on.")
+    elif trained:
+        notes.append(f"{len(trained)} of these {len(cases)} cases are PaCo-RL's GRPO training prompts "
+                     "(--cases heldout leaves them out).")  # fmt: skip
     if config.mode == "reference":
         notes.append("Reference mode: the released code's behaviour, quirks included (a case's missing "
                      "dimension counts 0.0 and the table averages values > 0).")

@@ -11,8 +11,10 @@ import pytest
 import yaml
 from scipy import stats
 
+import demo.stage_world_grpo as grpo
 import demo.stage_world_hacking as stage
 from demo import stage_report
+from demo.world_generator import generator_world, held_out_prompts
 
 
 @pytest.mark.slow
@@ -63,3 +65,29 @@ def test_each_defence_trains_the_proxy_and_the_table_holds_the_oracles_changes(
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     assert "world_hacking/proxy.png" in links
     assert all((tmp_path / "out" / link).is_file() for link in links)
+
+    # Stage world_grpo's arm 1 is this stage's log-tamed arm: run there, it is the same run
+    # (the same judgements and rewards), and this stage takes it instead of training again.
+    for name in ("SEEDS", "EPOCHS", "TRAIN_PROMPTS", "HELD_OUT", "RECIPE_OVERRIDES"):
+        monkeypatch.setattr(grpo, name, getattr(stage, name))
+    config, generator, evaluator, clip = grpo.world_models(world_ctx)
+    inputs = grpo.RunInputs(
+        generator=generator,
+        evaluator=evaluator,
+        clip=clip,
+        features=grpo.feature_model(world_ctx, clip),
+        train_records=generator_world(config).make_prompts(2, start=grpo.TRAIN_START),
+        test_records=held_out_prompts(config, 3),
+    )
+    monkeypatch.setattr(grpo, "ARMS", (grpo.PACO,))
+    world_ctx.artifacts["world_grpo"] = grpo._train_all(world_ctx, inputs)
+    earlier = world_ctx.artifacts["world_grpo"][grpo.PACO][0]
+    fresh = results[stage.LOG_TAMED][0]
+    for when in ("before", "after"):
+        assert earlier[when]["per_item"] == fresh[when]["per_item"]
+    assert [r["reward/consistency/mean"] for r in earlier["history"]] == [
+        r["reward/consistency/mean"] for r in fresh["history"]
+    ]
+    task = stage.run_task(stage.LOG_TAMED, 0, inputs, tmp_path / "anywhere")
+    assert stage.earlier_run(world_ctx, task) is earlier
+    assert stage.earlier_run(world_ctx, stage.run_task(stage.KL_ALL, 0, inputs, tmp_path)) is None
