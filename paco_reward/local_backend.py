@@ -475,10 +475,15 @@ class LocalBackend(TransformersBackend):
                 suffix_ids[r, : len(ids)] = torch.tensor(ids)
                 suffix_positions[:, r, : len(ids)] = pos
                 suffix_positions[:, r, len(ids):] = pos[:, -1:]
-            prefix_keys = padding_mask(padding, width)[owner]  # [rows, width]
+            # every question sees its pair's prefix and its own tokens before it: an additive
+            # float mask, one for all rows when no prefix is padded (sdpa's math kernel runs
+            # a broadcast float mask ~40 % faster than a per-row boolean one on the CPU)
+            prefix_keys = padding_mask(padding, width)[owner] if padded else padding_mask(padding[:1], width)
             causal = torch.ones(tail, tail, dtype=torch.bool, device=device).tril()
-            mask = torch.cat([prefix_keys[:, None, None, :].expand(-1, 1, tail, width),
-                              causal[None, None].expand(len(suffixes), 1, tail, tail)], dim=-1)  # fmt: skip
+            allowed = torch.cat([prefix_keys[:, None, None, :].expand(-1, 1, tail, width),
+                                 causal[None, None].expand(len(prefix_keys), 1, tail, tail)], dim=-1)  # fmt: skip
+            mask = torch.zeros(allowed.shape, dtype=embeds.dtype, device=device)
+            mask = mask.masked_fill(~allowed, torch.finfo(embeds.dtype).min)
             # logits only at the questions' last positions (Qwen2.5-VL-7B's 152k vocabulary
             # over every question token is ~7 % of this forward, and a [rows, tail, 152k] tensor)
             ends = sorted({n - 1 for n in lengths})
