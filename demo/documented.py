@@ -39,40 +39,41 @@ RL = "Experiments 1-4: RL on the generator"
 EDITING = "Experiment 5: editing"
 HACKING = "Experiment 6: reward hacking"
 T2IS = "T2IS-Bench in miniature"
-# The runs each range spans are in the page's table (a, b, c, d: the page's runs).
+# The runs each range spans are in the page's table (a to f: the page's runs).
 FIGURES: dict[str, Figure] = {
-    # The train stage's evaluator on held-out ground-truth pairs: runs a, b, c, d.
+    # The train stage's evaluator on held-out ground-truth pairs: runs a, b, c, d, f.
     "train.truth_accuracy": Figure(
         "truth-pair accuracy", 0.772, 0.848, "The train-stage evaluator"
     ),
     "train.truth_roc_auc": Figure("truth-pair ROC-AUC", 0.821, 0.906, "The train-stage evaluator"),
-    # Its reasons on 48 of those pairs: runs c, d.
+    # Its reasons on 48 of those pairs: runs c, d, f.
     "train.reasons_agree": Figure(
-        "answer agrees with its reasons", 0.830, 0.854, "The train-stage evaluator"
+        "answer agrees with its reasons", 0.667, 0.854, "The train-stage evaluator"
     ),
-    # The world generator, judged by the oracle on 48 held-out prompts: runs a, c, d.
-    "generator.consistency": Figure("generator consistency", 0.628, 0.646, "The world generator"),
-    "generator.alignment": Figure("generator alignment", 0.539, 0.562, "The world generator"),
-    # The evaluator of the generator's grids: runs a, c, d.
+    # The world generator, judged by the oracle on 48 held-out prompts: runs a, c, d, f.
+    "generator.consistency": Figure("generator consistency", 0.628, 0.662, "The world generator"),
+    "generator.alignment": Figure("generator alignment", 0.539, 0.564, "The world generator"),
+    # The evaluator of the generator's grids: runs a, c, d, f.
     "world_evaluator.roc_auc": Figure(
-        "world evaluator ROC-AUC", 0.641, 0.679, "The world evaluator"
+        "world evaluator ROC-AUC", 0.638, 0.679, "The world evaluator"
     ),
     # Experiments 1-4: the oracle's consistency gain over both RL seeds, per arm: runs a, c,
-    # d (arm 2 also b).
-    "world_grpo.paco": Figure("arm 1 consistency gain", 0.031, 0.051, RL, True),
+    # d, f (arm 2 also b).
+    "world_grpo.paco": Figure("arm 1 consistency gain", 0.031, 0.054, RL, True),
     "world_grpo.clipi": Figure("arm 2 consistency gain", 0.012, 0.063, RL, True),
     "world_grpo.paco_half": Figure("arm 3 consistency gain", 0.023, 0.054, RL, True),
-    "world_grpo.paco_sum": Figure("arm 4 consistency gain", 0.026, 0.050, RL, True),
-    # Experiment 5: the oracle's edit success gain over both RL seeds, per arm: runs a, c, d.
-    "world_edit.paco": Figure("PaCo edit arm success gain", -0.010, 0.000, EDITING, True),
-    "world_edit.clipt": Figure("CLIP-T edit arm success gain", -0.005, 0.005, EDITING, True),
-    # Experiment 6: the oracle's alignment gain over the three RL seeds, per arm: run e.
-    "world_hacking.alone": Figure("proxy-alone alignment gain", -0.018, -0.018, HACKING, True),
-    "world_hacking.log_tamed": Figure("log-tamed alignment gain", -0.004, -0.004, HACKING, True),
-    "world_hacking.kl": Figure("KL-arm alignment gain", -0.005, -0.005, HACKING, True),
-    "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.005, 0.005, HACKING, True),
-    # paco-eval t2is on world_grpo's arm 1 (seed 0), the world evaluator judging: run f.
-    "world_t2is.vc": Figure("mean VC change", -1.0, 1.0, T2IS, True),
+    "world_grpo.paco_sum": Figure("arm 4 consistency gain", 0.026, 0.058, RL, True),
+    # Experiment 5: the oracle's edit success gain over both RL seeds, per arm: runs a, c, d, f.
+    "world_edit.paco": Figure("PaCo edit arm success gain", -0.010, 0.016, EDITING, True),
+    "world_edit.clipt": Figure("CLIP-T edit arm success gain", -0.005, 0.016, EDITING, True),
+    # Experiment 6: the oracle's alignment gain over the three RL seeds, per arm: runs e, f.
+    "world_hacking.alone": Figure("proxy-alone alignment gain", -0.022, -0.018, HACKING, True),
+    "world_hacking.log_tamed": Figure("log-tamed alignment gain", -0.011, -0.004, HACKING, True),
+    "world_hacking.kl": Figure("KL-arm alignment gain", -0.017, -0.005, HACKING, True),
+    "world_hacking.gardo": Figure("GARDO-arm alignment gain", 0.003, 0.005, HACKING, True),
+    # paco-eval t2is, the mean VC change of world_grpo's arm 1 (RL seed 0) judged by the world
+    # evaluator: run f.
+    "world_t2is.vc": Figure("mean VC change", 0.036, 0.036, T2IS, True),
 }
 
 

@@ -203,7 +203,7 @@ def run(ctx: DemoContext) -> None:
     )
     vc = [c for c in TABLE if c.startswith("VC-")]
     gain = sum(after[c] - before[c] for c in vc) / len(vc)
-    print("mean VC change: " + documented("world_t2is.vc", gain))
+    print(documented("world_t2is.vc", gain))
     print(f"Reports: {ctx.path('world_t2is', 'before', 'report.md')}, "
           f"{ctx.path('world_t2is', 'after', 'report.md')}")  # fmt: skip
     ctx.artifacts["world_t2is"] = reports
