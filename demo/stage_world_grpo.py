@@ -15,6 +15,8 @@ The oracle, never a reward, judges the grids drawn for held-out prompts before a
 (same initial noise, ODE sampling, EMA weights, the evaluation resolution): consistency and
 prompt alignment per prompt, with 95 % intervals, for each seed and averaged over the seeds.
 Each experiment compares its arm with arm 1 in a table of the report.
+Every run logs the hacking signals too (``hacking/*``; the world CLIP's image tower as its
+``feature_model``), as stage ``world_hacking``'s runs do.
 
 Writes ``world_grpo/rewards.png`` (train rewards per epoch), ``world_grpo/reward_ratio.png``
 (the consistency / CLIP-T reward ratio per epoch) and ``world_grpo/samples_<arm>_seed<k>.png``

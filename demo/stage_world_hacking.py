@@ -21,6 +21,9 @@ same feature model. The oracle judges the held-out prompts' grids before and aft
 stage ``world_grpo``: consistency, alignment and diversity per prompt, per RL seed and
 averaged over the seeds, with 95 % intervals over prompts.
 
+Arm 2 is stage ``world_grpo``'s arm 1: when that stage ran first in this demo run, its runs
+are this arm's RL seeds 0 and 1 (the same runs, :func:`earlier_run`), not trained again.
+
 Writes ``world_hacking/proxy.png`` (the proxy's train mean per epoch),
 ``world_hacking/diversity.png`` (the in-group feature diversity per epoch) and
 ``world_hacking/samples_<arm>_seed<k>.png`` (held-out grids before above, after below).
