@@ -238,28 +238,43 @@ class RunInputs:
     test_records: list = field(hash=False)
     demo_seed: int = 0
 
+    def task(self, arm, seed: int, output_dir: Path, overrides: dict) -> tuple:
+        """What a stage's ``_run_arm`` takes for one (arm, RL seed) run: the recipe fields
+        ``overrides`` on top of training and testing at the judged resolution with the
+        feature model."""
+        judged = self.test_records[0]["height"]
+        kwargs = {
+            "generator": str(self.generator),
+            "train_records": self.train_records,
+            "test_records": self.test_records,
+            "output_dir": output_dir,
+            "seed": self.demo_seed * 100 + seed,
+            "aggregator": arm.aggregator,
+            "overrides": {
+                "train.resolution": judged,
+                "test.resolution": judged,
+                "feature_model": str(self.features),
+                **overrides,
+            },
+        }
+        return arm, str(self.evaluator), Path(self.clip), kwargs
+
 
 def run_task(arm: Arm, seed: int, inputs: RunInputs, output_dir: Path, overrides=None) -> tuple:
     """What :func:`_run_arm` takes for one (arm, RL seed) run; ``overrides``: recipe fields
     on top of the stage's."""
     judged = inputs.test_records[0]["height"]
-    kwargs = {
-        "generator": str(inputs.generator),
-        "train_records": inputs.train_records,
-        "test_records": inputs.test_records,
-        "output_dir": output_dir,
-        "seed": inputs.demo_seed * 100 + seed,
-        "aggregator": arm.aggregator,
-        "overrides": {
+    return inputs.task(
+        arm,
+        seed,
+        output_dir,
+        {
             "num_train_epochs": EPOCHS,
             "train.resolution": int(judged * arm.resolution_fraction),
-            "test.resolution": judged,
-            "feature_model": str(inputs.features),
             **RECIPE_OVERRIDES,
             **(overrides or {}),
         },
-    }
-    return arm, str(inputs.evaluator), Path(inputs.clip), kwargs
+    )
 
 
 def _train_all(ctx: DemoContext, inputs: RunInputs) -> dict[Arm, dict[int, dict]]:

@@ -149,27 +149,14 @@ def _run_arm(task: tuple) -> dict:
 
 
 def run_task(arm: Defence, seed: int, inputs: RunInputs, output_dir: Path, overrides=None) -> tuple:
-    """What :func:`_run_arm` takes for one (arm, RL seed) run; ``overrides``: recipe fields
-    on top of the arm's."""
-    judged = inputs.test_records[0]["height"]
-    kwargs = {
-        "generator": str(inputs.generator),
-        "train_records": inputs.train_records,
-        "test_records": inputs.test_records,
-        "output_dir": output_dir,
-        "seed": inputs.demo_seed * 100 + seed,
-        "aggregator": arm.aggregator,
-        "overrides": {
-            "num_train_epochs": EPOCHS,
-            "train.resolution": judged,  # trained at the resolution it is judged at
-            "test.resolution": judged,
-            "feature_model": str(inputs.features),
-            **arm.recipe,
-            **RECIPE_OVERRIDES,
-            **(overrides or {}),
-        },
-    }
-    return arm, str(inputs.evaluator), Path(inputs.clip), kwargs
+    """What :func:`_run_arm` takes for one (arm, RL seed) run (trained at the resolution it
+    is judged at); ``overrides``: recipe fields on top of the arm's."""
+    return inputs.task(
+        arm,
+        seed,
+        output_dir,
+        {"num_train_epochs": EPOCHS, **arm.recipe, **RECIPE_OVERRIDES, **(overrides or {})},
+    )
 
 
 def earlier_run(ctx: DemoContext, task: tuple) -> dict | None:
